@@ -1,0 +1,73 @@
+"""RFC 9457 problem details: every error response of the API has this shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobrelay.domain.errors import Conflict, InvalidInput, NotFound, Paused
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://jobrelay.dev/problems/"
+
+
+def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+    """A problem+json response with a stable `type` URI built from `slug`."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in {"body", "query", "path", "header"}:
+        parts = parts[1:] or parts
+    return ".".join(parts)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Route every error the app can raise to a problem+json response."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"path": _field_path(e.get("loc", ())), "message": e.get("msg", "invalid")}
+            for e in exc.errors()
+        ]
+        return problem(
+            422, "validation", "Invalid request", "the request is invalid", errors=errors
+        )
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
+        errors = [{"path": e.path, "message": e.message} for e in exc.errors]
+        return problem(422, "validation", "Invalid request", exc.detail, errors=errors)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return problem(404, "not-found", "Not found", str(exc) or "not found")
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return problem(409, "conflict", "Conflict", str(exc))
+
+    @app.exception_handler(Paused)
+    async def _paused(_: Request, exc: Paused) -> JSONResponse:
+        return problem(503, "paused", "Paused", str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, f"http-{exc.status_code}", str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return problem(500, "internal", "Internal error", "an unexpected error occurred")

@@ -1,0 +1,1 @@
+"""Cognito JWT verification, the local token issuer and membership checks (section 6)."""

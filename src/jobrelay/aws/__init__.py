@@ -1,0 +1,1 @@
+"""AWS adapters: SQS and S3 clients (aiobotocore) and the local emulator (moto server)."""

@@ -1,0 +1,91 @@
+"""SQS and S3 clients from one aiobotocore session, plus idempotent resource creation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+# Local emulators accept any credentials; real deployments use the default AWS chain.
+_LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+@dataclass(frozen=True)
+class AwsEndpoint:
+    """Where SQS and S3 live: None means AWS itself (credentials from the default chain)."""
+
+    region: str
+    endpoint_url: str | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "region_name": self.region,
+            "config": AioConfig(retries={"max_attempts": 2, "mode": "standard"}),
+        }
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+            kwargs.update(_LOCAL_CREDENTIALS)
+        return kwargs
+
+
+@asynccontextmanager
+async def sqs_client(endpoint: AwsEndpoint) -> AsyncIterator[Any]:
+    """An aiobotocore SQS client for `endpoint`."""
+    async with get_session().create_client("sqs", **endpoint.client_kwargs()) as client:
+        yield client
+
+
+@asynccontextmanager
+async def s3_client(endpoint: AwsEndpoint) -> AsyncIterator[Any]:
+    """An aiobotocore S3 client for `endpoint`."""
+    async with get_session().create_client("s3", **endpoint.client_kwargs()) as client:
+        yield client
+
+
+@dataclass(frozen=True)
+class QueueUrls:
+    work: str
+    dead_letter: str
+
+
+async def ensure_resources(
+    endpoint: AwsEndpoint,
+    *,
+    queue_name: str,
+    dlq_name: str,
+    bucket: str,
+    max_receive_count: int,
+) -> QueueUrls:
+    """Create the work queue (redriving to the dead-letter queue) and the bucket if missing."""
+    async with sqs_client(endpoint) as sqs:
+        dlq_url = (await sqs.create_queue(QueueName=dlq_name))["QueueUrl"]
+        dlq_arn = (await sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"]))[
+            "Attributes"
+        ]["QueueArn"]
+        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count})
+        work_url = (
+            await sqs.create_queue(
+                QueueName=queue_name,
+                Attributes={"RedrivePolicy": redrive, "VisibilityTimeout": "60"},
+            )
+        )["QueueUrl"]
+    async with s3_client(endpoint) as s3:
+        existing = {b["Name"] for b in (await s3.list_buckets()).get("Buckets", [])}
+        if bucket not in existing:
+            await s3.create_bucket(Bucket=bucket)
+    return QueueUrls(work=work_url, dead_letter=dlq_url)
+
+
+async def endpoint_reachable(endpoint: AwsEndpoint) -> bool:
+    """True when SQS answers a ListQueues call."""
+    try:
+        async with sqs_client(endpoint) as sqs:
+            await sqs.list_queues()
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,1 @@
+"""Batch outbox and relay (DESIGN.md section 4): creation, cancel, relay, derived status."""

@@ -1,0 +1,164 @@
+"""Composition root: settings -> database -> pool -> clients -> services.
+
+The only module that wires adapters together. The API and the CLI receive a `Services`
+object from here and never construct a pool or a client themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, ensure_resources
+from jobrelay.aws.emulator import EmulatorError, LocalEmulator, port_is_free
+from jobrelay.db import migrate
+from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from jobrelay.db.errors import DatabaseUnavailable
+from jobrelay.db.inspect import DatabaseReport, database_report
+from jobrelay.db.pool import Connection, check_connection, open_pool
+from jobrelay.domain.errors import JobrelayError
+from jobrelay.settings import Settings
+
+__all__ = [
+    "DatabaseReport",
+    "DatabaseUnavailable",
+    "EmbeddedPostgresError",
+    "EmulatorError",
+    "Services",
+    "StartupError",
+    "aws_endpoint",
+    "aws_reachable",
+    "build_services",
+    "database",
+    "database_report",
+    "local_emulator",
+    "migrate_database",
+    "prepare_aws",
+    "require_free_port",
+]
+
+
+class StartupError(JobrelayError):
+    """A component could not start; the message says what to do."""
+
+
+@dataclass
+class Services:
+    """Everything a request handler or command needs, built once per process."""
+
+    settings: Settings
+    pool: AsyncConnectionPool[Connection]
+    aws: AwsEndpoint
+
+    async def database_ready(self, timeout_s: float = 2.0) -> bool:
+        """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s), self.pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        except Exception:
+            return False
+        return True
+
+    async def aws_ready(self) -> bool:
+        return await endpoint_reachable(self.aws)
+
+
+@contextmanager
+def database(settings: Settings, *, run_migrations: bool = True) -> Iterator[str]:
+    """Yield the DSN to use: `DATABASE_URL`, or an embedded server started (and stopped) here."""
+    if settings.database_url:
+        if run_migrations:
+            _migrate(settings.database_url, settings)
+        yield settings.database_url
+        return
+    server = EmbeddedPostgres(settings.pgdata_dir)
+    try:
+        dsn = server.start()
+    except EmbeddedPostgresError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
+        if run_migrations:
+            _migrate(dsn, settings)
+        yield dsn
+    finally:
+        server.stop()
+
+
+def _migrate(dsn: str, settings: Settings) -> None:
+    asyncio.run(check_connection(dsn, timeout_s=settings.db_connect_timeout_s))
+    migrate.upgrade(dsn)
+
+
+def migrate_database(dsn: str) -> None:
+    """Bring the database at `dsn` to the newest schema."""
+    migrate.upgrade(dsn)
+
+
+def aws_endpoint(settings: Settings, endpoint_url: str | None = None) -> AwsEndpoint:
+    """The SQS/S3 endpoint from settings (or an emulator's URL)."""
+    return AwsEndpoint(
+        region=settings.aws_region, endpoint_url=endpoint_url or settings.aws_endpoint_url
+    )
+
+
+def require_free_port(host: str, port: int, *, what: str, setting: str) -> None:
+    """Raise `StartupError` naming the port and the setting to change when it is taken."""
+    if not port_is_free(host, port):
+        raise StartupError(
+            f"port {port} on {host} is already in use; pass --port or set {setting} "
+            f"to a free port (needed by {what})"
+        )
+
+
+def aws_reachable(settings: Settings) -> bool:
+    """True when the configured SQS/S3 endpoint answers."""
+    return asyncio.run(endpoint_reachable(aws_endpoint(settings)))
+
+
+@contextmanager
+def local_emulator(settings: Settings) -> Iterator[str | None]:
+    """Start the emulator unless an endpoint is configured; yield the endpoint URL to use."""
+    if settings.aws_endpoint_url:
+        yield settings.aws_endpoint_url
+        return
+    emulator = LocalEmulator(port=settings.emulator_port)
+    try:
+        url = emulator.start()
+    except EmulatorError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
+        yield url
+    finally:
+        emulator.stop()
+
+
+async def prepare_aws(settings: Settings, endpoint: AwsEndpoint) -> None:
+    """Create the queues and the bucket the stack uses (idempotent)."""
+    await ensure_resources(
+        endpoint,
+        queue_name=settings.sqs_queue_name,
+        dlq_name=settings.sqs_dlq_name,
+        bucket=settings.s3_bucket,
+        max_receive_count=settings.sqs_max_receive_count,
+    )
+
+
+@asynccontextmanager
+async def build_services(
+    settings: Settings, dsn: str, endpoint: AwsEndpoint | None = None
+) -> AsyncIterator[Services]:
+    """Open the pool and clients for one process and close them on exit."""
+    pool = await open_pool(
+        dsn,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        timeout_s=settings.db_connect_timeout_s,
+    )
+    try:
+        yield Services(settings=settings, pool=pool, aws=endpoint or aws_endpoint(settings))
+    finally:
+        await pool.close()

@@ -1,0 +1,1 @@
+"""The `jobrelay` command line (Typer): one module per area under `commands/`."""

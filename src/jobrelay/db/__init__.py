@@ -1,0 +1,1 @@
+"""PostgreSQL adapter: pool, transactions, embedded server, SQL loader, error translation."""

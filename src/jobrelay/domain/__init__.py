@@ -1,0 +1,1 @@
+"""Pure domain logic (stdlib only): states, transitions, policies, errors."""

@@ -1,0 +1,1 @@
+"""Alembic environment and versions. Each version holds plain SQL; see `jobrelay.db.migrate`."""

@@ -1,0 +1,1 @@
+"""Operations: pause, duplicate reconciliation, the SET LOGGED runbook and its report."""

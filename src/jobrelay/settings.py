@@ -1,0 +1,81 @@
+"""Typed settings, read from the environment once by the composition root.
+
+Every setting has an env var (`JOBRELAY_<NAME>`, except `DATABASE_URL`) and a default that
+makes the local stack work with nothing configured. Nothing here runs at import time: call
+`load_settings()` from `bootstrap` or a CLI entry point and pass the object down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """All configuration of jobrelay. See the README's configuration table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBRELAY_",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "JOBRELAY_DATABASE_URL"),
+        description="PostgreSQL URL; unset means start the embedded server in data_dir.",
+    )
+    data_dir: Path = Field(
+        default=Path(".jobrelay"),
+        description="Local state: embedded PostgreSQL data, local token issuer keys.",
+    )
+    db_pool_min: int = Field(default=1, ge=0)
+    db_pool_max: int = Field(default=10, ge=1)
+    db_connect_timeout_s: float = Field(default=5.0, gt=0)
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=0, le=65535)
+
+    aws_endpoint_url: str | None = Field(
+        default=None, description="SQS/S3 endpoint; unset locally means start the emulator."
+    )
+    aws_region: str = "us-east-1"
+    emulator_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port.")
+    sqs_queue_name: str = "jobrelay-work"
+    sqs_dlq_name: str = "jobrelay-work-dlq"
+    sqs_max_receive_count: int = Field(default=5, ge=1)
+    sqs_message_limit_bytes: int = Field(default=256 * 1024, ge=1024, le=1024 * 1024)
+    s3_bucket: str = "jobrelay-results"
+
+    webhook_secrets: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=lambda: [SecretStr("whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ==")],
+        description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
+    )
+
+    diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    @field_validator("webhook_secrets", mode="before")
+    @classmethod
+    def _secrets_from_csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @property
+    def pgdata_dir(self) -> Path:
+        """Where the embedded PostgreSQL keeps its cluster."""
+        return self.data_dir.resolve() / "pgdata"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment (and explicit overrides, e.g. CLI flags)."""
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,149 @@
+"""`jobrelay up`, `migrate` and `doctor` as a user runs them: subprocesses and HTTP."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from jobrelay.aws.emulator import free_port
+from jobrelay.db.embedded import EmbeddedPostgres
+from tests.harness import cli_env, jobrelay_command, wait_until
+
+
+def _start_up(data_dir: Path, port: int) -> subprocess.Popen[str]:
+    env = cli_env(
+        DATABASE_URL=None, JOBRELAY_DATA_DIR=str(data_dir), JOBRELAY_AWS_ENDPOINT_URL=None
+    )
+    return subprocess.Popen(
+        [*jobrelay_command(), "up", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> str:
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    return output
+
+
+def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
+    port = free_port()
+    server = EmbeddedPostgres(tmp_path / "pgdata")
+
+    first = _start_up(tmp_path, port)
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60, what="first `up` to be ready")
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO organization (name, created_by, updated_by) VALUES ('kept', 'a', 'a')"
+            )
+    finally:
+        output = _stop(first, signal.SIGINT)
+    assert "jobrelay is up" in output
+    assert server.running_pid() is None, "Ctrl-C must stop the embedded PostgreSQL"
+
+    second = _start_up(tmp_path, port)
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60, what="second `up` to be ready")
+        with psycopg.connect(server.dsn()) as conn:
+            names = conn.execute("SELECT name FROM organization").fetchall()
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert names == [("kept",)]
+    assert server.running_pid() is None
+
+
+def _run(*args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*jobrelay_command(), *args],
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_unreachable_database_url_is_one_clear_message() -> None:
+    result = _run("migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/jobs")
+    assert result.returncode == 2
+    assert "cannot connect to PostgreSQL at 127.0.0.1:1/jobs" in result.stderr
+    assert "DATABASE_URL" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_malformed_database_url_is_one_clear_message() -> None:
+    result = _run("migrate", DATABASE_URL="not a url at all")
+    assert result.returncode == 2
+    assert "cannot connect to PostgreSQL" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_busy_port_is_one_clear_message(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _run("up", "--port", str(port), DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+    assert result.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "pgdata").exists(), "nothing may start before the port check"
+
+
+def test_data_directory_of_another_server_is_one_clear_message(tmp_path: Path) -> None:
+    other = EmbeddedPostgres(tmp_path / "pgdata")
+    other.start()
+    try:
+        result = _run("migrate", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+        assert other.running_pid() is not None, "the other server must be left alone"
+    finally:
+        other.stop()
+    assert result.returncode == 2
+    assert "is in use by another PostgreSQL server" in result.stderr
+    assert "JOBRELAY_DATA_DIR" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_doctor_reports_a_migrated_database(db_dsn: str) -> None:
+    result = _run("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "table jobs" in result.stdout
+    assert "unlogged" not in result.stdout
+
+
+def test_doctor_fails_on_an_unmigrated_database(empty_db_dsn: str) -> None:
+    result = _run("doctor", DATABASE_URL=empty_db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    assert result.returncode == 1
+    assert "run `jobrelay migrate`" in result.stdout
+
+
+def test_doctor_flags_an_unlogged_table(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE ops_run SET UNLOGGED")
+    result = _run("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    assert result.returncode == 1
+    assert "table ops_run is unlogged" in result.stdout
+
+
+def test_migrate_brings_an_empty_database_to_head(empty_db_dsn: str) -> None:
+    result = _run("migrate", DATABASE_URL=empty_db_dsn)
+    assert result.returncode == 0, result.stderr
+    assert "database at revision 0001 (head 0001)" in result.stdout

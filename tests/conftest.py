@@ -1,0 +1,102 @@
+"""Session-wide fixtures: one PostgreSQL server, a migrated template database cloned per
+test, the SQS/S3 emulator, and Hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.aws.clients import AwsEndpoint, ensure_resources
+from jobrelay.aws.emulator import LocalEmulator
+from jobrelay.db.pool import Connection, open_pool
+from tests.harness import AwsTestResources, PgServer, start_server
+
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=25, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    server = start_server(tmp_path_factory.mktemp("pg"))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def db_dsn(pg_server: PgServer) -> Iterator[str]:
+    """A DSN of a fresh database at the newest migration, dropped after the test."""
+    name = pg_server.create_database()
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def empty_db_dsn(pg_server: PgServer) -> Iterator[str]:
+    """A DSN of a fresh, unmigrated database."""
+    name = pg_server.create_database(migrated=False)
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[AsyncConnectionPool[Connection]]:
+    p = await open_pool(db_dsn, min_size=1, max_size=8)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture(scope="session")
+def emulator_url() -> Iterator[str]:
+    """One moto server for the session; tests isolate by using their own queue and bucket."""
+    configured = os.environ.get("JOBRELAY_TEST_AWS_ENDPOINT_URL")
+    if configured:
+        yield configured
+        return
+    emulator = LocalEmulator()
+    url = emulator.start()
+    try:
+        yield url
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def aws(emulator_url: str) -> AwsEndpoint:
+    return AwsEndpoint(region="us-east-1", endpoint_url=emulator_url)
+
+
+@pytest.fixture
+async def aws_resources(aws: AwsEndpoint) -> AwsTestResources:
+    """A queue (with its dead-letter queue) and a bucket of this test's own."""
+    suffix = uuid.uuid4().hex[:12]
+    bucket = f"results-{suffix}"
+    queues = await ensure_resources(
+        aws,
+        queue_name=f"work-{suffix}",
+        dlq_name=f"dlq-{suffix}",
+        bucket=bucket,
+        max_receive_count=3,
+    )
+    return AwsTestResources(queues=queues, bucket=bucket)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
