@@ -4,6 +4,8 @@ test, the SQS/S3 emulator, and Hypothesis profiles."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +18,24 @@ from jobrelay.aws.clients import AwsEndpoint, ensure_resources
 from jobrelay.aws.emulator import LocalEmulator
 from jobrelay.db.pool import Connection, open_pool
 from tests.harness import ApiHarness, AwsTestResources, PgServer, api_harness, start_server
+
+_OWN_BASETEMP: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest keeps only the newest three /tmp/pytest-of-<user>/pytest-N folders and prunes the
+    # rest when a session starts, so concurrent sessions (worktrees, helpers) could delete a
+    # running session's embedded PostgreSQL. A private base folder per session avoids that.
+    if not config.option.basetemp:
+        config.option.basetemp = tempfile.mkdtemp(prefix="jobrelay-pytest-")
+        _OWN_BASETEMP.append(config.option.basetemp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _OWN_BASETEMP:
+        shutil.rmtree(folder, ignore_errors=True)
+
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

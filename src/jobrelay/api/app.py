@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from jobrelay.api.limits import BodySizeLimit
+from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
 from jobrelay.api.routes import dev, health, tenancy
 from jobrelay.bootstrap import Services
@@ -18,6 +20,8 @@ def create_app(services: Services) -> FastAPI:
     )
     app.state.services = services
     install_problem_handlers(app)
+    install_openapi(app)
+    app.add_middleware(BodySizeLimit, max_bytes=services.settings.api_max_body_bytes)
     app.include_router(health.router)
     app.include_router(tenancy.router)
     if services.local_issuer is not None:
