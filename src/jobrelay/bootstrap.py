@@ -26,6 +26,8 @@ from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
 from jobrelay.domain.errors import JobrelayError
 from jobrelay.settings import Settings
+from jobrelay.sqs_workers import WorkerConfig, WorkerStartupError
+from jobrelay.sqs_workers import serve as serve_sqs_worker
 
 __all__ = [
     "DatabaseReport",
@@ -44,6 +46,7 @@ __all__ = [
     "migrate_database",
     "prepare_aws",
     "require_free_port",
+    "run_sqs_worker",
 ]
 
 
@@ -228,3 +231,23 @@ def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerif
         policy,
         JwksCache(fetch_cognito, min_refresh_interval_s=settings.auth_jwks_refresh_interval_s),
     )
+
+
+async def run_sqs_worker(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    abandon: asyncio.Event | None = None,
+    endpoint_url: str | None = None,
+) -> None:
+    """Run one reference SQS worker until `stop` (no database: it only needs SQS, S3 and
+    the webhook URL). `abandon` cuts the shutdown grace short."""
+    try:
+        await serve_sqs_worker(
+            WorkerConfig.from_settings(settings),
+            aws_endpoint(settings, endpoint_url),
+            stop,
+            abandon=abandon,
+        )
+    except WorkerStartupError as exc:
+        raise StartupError(str(exc)) from exc

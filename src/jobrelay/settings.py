@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -77,6 +77,28 @@ class Settings(BaseSettings):
     auth_leeway_s: float = Field(default=10.0, ge=0, le=300)
     auth_jwks_refresh_interval_s: float = Field(default=30.0, ge=0)
     api_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    sqs_worker_webhook_url: str = Field(
+        default="http://127.0.0.1:8000/v1/webhooks/worker",
+        description="Where the SQS workers post their signed outcomes.",
+    )
+    sqs_worker_concurrency: int = Field(default=8, ge=1, le=256)
+    sqs_worker_visibility_timeout_s: int = Field(
+        default=30, ge=1, le=43200, description="Visibility timeout a worker asks for per receive."
+    )
+    sqs_worker_heartbeat_s: float = Field(
+        default=10.0, gt=0, description="How often an in-flight message's visibility is extended."
+    )
+    sqs_worker_poll_wait_s: int = Field(default=10, ge=0, le=20, description="SQS long poll.")
+    sqs_worker_handler_timeout_s: float = Field(default=120.0, gt=0)
+    sqs_worker_webhook_timeout_s: float = Field(default=10.0, gt=0)
+    sqs_worker_webhook_retry_s: float = Field(
+        default=120.0, ge=0, description="How long one message's webhook is retried (5xx, 429)."
+    )
+    sqs_worker_shutdown_grace_s: float = Field(default=20.0, ge=0)
+    sqs_worker_file_root: Path | None = Field(
+        default=None, description="Directory file:// page URLs may read from; unset refuses them."
+    )
+    sqs_worker_fetch_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
 
     diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -86,6 +108,15 @@ class Settings(BaseSettings):
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_the_visibility_timeout(self) -> Settings:
+        if self.sqs_worker_heartbeat_s >= self.sqs_worker_visibility_timeout_s:
+            raise ValueError(
+                "JOBRELAY_SQS_WORKER_HEARTBEAT_S must be shorter than "
+                "JOBRELAY_SQS_WORKER_VISIBILITY_TIMEOUT_S"
+            )
+        return self
 
     @property
     def cognito_issuer(self) -> str | None:

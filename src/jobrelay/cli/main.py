@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, stack
+from jobrelay.cli.commands import admin, database, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 database.register(app)
+sqs_worker.register(app)
 stack.register(app)
 admin.register(app)
 

@@ -1,0 +1,55 @@
+"""`jobrelay sqs-worker`: one reference SQS worker process (no database access).
+
+SIGTERM or Ctrl-C stops receiving and lets in-flight messages finish for
+JOBRELAY_SQS_WORKER_SHUTDOWN_GRACE_S; a second signal (or the end of the grace) abandons
+them, which makes them visible on the queue again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import typer
+
+from jobrelay.bootstrap import run_sqs_worker
+from jobrelay.logs import configure_logging
+from jobrelay.settings import Settings, load_settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sqs-worker")(sqs_worker_command)
+
+
+def sqs_worker_command(
+    concurrency: int | None = typer.Option(
+        None, min=1, help="Messages worked at once (default: JOBRELAY_SQS_WORKER_CONCURRENCY)."
+    ),
+    webhook_url: str | None = typer.Option(
+        None, help="Where outcomes are posted (default: JOBRELAY_SQS_WORKER_WEBHOOK_URL)."
+    ),
+) -> None:
+    """Long-poll the work queue, do the work, store results in S3, post signed outcomes."""
+    overrides: dict[str, object] = {}
+    if concurrency is not None:
+        overrides["sqs_worker_concurrency"] = concurrency
+    if webhook_url is not None:
+        overrides["sqs_worker_webhook_url"] = webhook_url
+    settings = load_settings(**overrides)
+    configure_logging(settings)
+    asyncio.run(_run(settings))
+
+
+async def _run(settings: Settings) -> None:
+    stop = asyncio.Event()
+    abandon = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            abandon.set()
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+    await run_sqs_worker(settings, stop, abandon=abandon)
