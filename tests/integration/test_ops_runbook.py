@@ -1,0 +1,271 @@
+"""The ops runbook on the legacy shape (issue 8): reconcile, index, SET LOGGED, verify."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.db.pool import Connection, open_pool
+from jobrelay.ops.check import check, create_dedupe_index
+from jobrelay.ops.control import set_pause
+from jobrelay.ops.duplicates import builtin_policy, plan_as_json, reconcile_duplicates
+from jobrelay.ops.logged import set_logged
+from tests.harness import cli_env, jobrelay_command
+from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
+
+
+@pytest.fixture
+async def legacy(db_dsn: str) -> str:
+    make_legacy(db_dsn)
+    return db_dsn
+
+
+@pytest.fixture
+async def legacy_pool(legacy: str) -> AsyncConnectionPool[Connection]:
+    pool = await open_pool(legacy, min_size=1, max_size=4)
+    yield pool  # type: ignore[misc]
+    await pool.close()
+
+
+def _states(dsn: str) -> dict[str, tuple[str, str | None, object]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT id::text, status, last_error, payload FROM jobs "
+            "WHERE dedupe_key NOT LIKE 'bulk:%'"
+        ).fetchall()
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+async def test_reconcile_index_and_set_logged_on_the_legacy_shape(
+    legacy: str, legacy_pool: AsyncConnectionPool[Connection]
+) -> None:
+    before = _states(legacy)
+
+    dry = await reconcile_duplicates(legacy_pool, builtin_policy, apply=False)
+    assert _states(legacy) == before, "a dry run changes nothing"
+    summary = plan_as_json(dry)
+    assert summary["byType"] == {
+        "index.sync_delta": {"groups": 1, "cancelled": 2, "merged": 2},
+        "media.process": {"groups": 2, "cancelled": 3, "merged": 0},
+        "source.sync": {"groups": 1, "cancelled": 1, "merged": 0},
+    }
+
+    applied = await reconcile_duplicates(legacy_pool, builtin_policy, apply=True)
+    assert plan_as_json(applied)["plan"] == summary["plan"]
+    after = _states(legacy)
+    planned_losers = {loser: g for g in applied.groups for loser in g.cancelled}
+    changed = {i for i in before if before[i] != after[i]}
+    merged_survivors = {g.survivor for g in applied.groups if g.merged_payload is not None}
+    assert changed == set(planned_losers) | merged_survivors, "exactly the planned rows"
+    for loser, group in planned_losers.items():
+        assert after[loser][0] == "cancelled"
+        assert after[loser][1] == group.reason and group.survivor in group.reason
+    (merge_group,) = [g for g in applied.groups if g.type == "index.sync_delta"]
+    assert after[merge_group.survivor][2]["mediaIds"] == ["a", "b", "c", "d"]  # type: ignore[index]
+    (supersede,) = [g for g in applied.groups if g.type == "source.sync"]
+    assert after[supersede.survivor][2]["revision"] == 9  # type: ignore[index]
+    assert job_count(legacy) == LEGACY_ROW_COUNT, "nothing is deleted"
+
+    assert await create_dedupe_index(legacy_pool) == "valid"
+
+    refused = await set_logged(legacy_pool)
+    assert refused["outcome"] == "refused"
+    assert "not paused" in refused["message"]
+    assert persistence(legacy) == "u"
+
+    await set_pause(legacy_pool, claims=True, enqueue=True, reason="set-logged", actor="ops")
+    report = await set_logged(legacy_pool, lock_timeout_s=5)
+    assert report["outcome"] == "converted", report
+    verified = report["steps"]["4_convert_and_verify"]
+    assert verified["ok"] and verified["claimWorks"] and verified["rowCountUnchanged"]
+    assert verified["rowCountBefore"] == LEGACY_ROW_COUNT
+    measured = report["steps"]["2_measure"]
+    assert measured["rowCount"] == LEGACY_ROW_COUNT
+    assert measured["tableBytes"] > 0 and measured["indexBytes"] > 0
+    assert isinstance(measured["freeDiskBytes"], int | str)
+    assert set(report["steps"]["6_record"]) == {"durationS", "lockHeldS", "rollbackBoundary"}
+    assert persistence(legacy) == "p"
+    with psycopg.connect(legacy) as conn:
+        not_permanent = conn.execute(
+            """
+            SELECT c.relname FROM pg_class c
+            WHERE c.relpersistence <> 'p' AND (
+                c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'jobs'::regclass)
+                OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = 'jobs'::regclass)
+                OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid =
+                             (SELECT reltoastrelid FROM pg_class WHERE oid = 'jobs'::regclass)))
+            """
+        ).fetchall()
+        stored = conn.execute("SELECT kind, ok, report->>'outcome' FROM ops_run").fetchall()
+    assert not_permanent == []
+    assert ("set-logged", False, "refused") in stored
+    assert ("set-logged", True, "converted") in stored
+    assert job_count(legacy) == LEGACY_ROW_COUNT
+
+    again = await set_logged(legacy_pool)
+    assert again["outcome"] == "already_logged" and again["ok"]
+    assert (await check(legacy_pool))["ok"]
+
+
+async def test_a_live_lease_refuses_the_conversion(
+    legacy: str, legacy_pool: AsyncConnectionPool[Connection]
+) -> None:
+    with psycopg.connect(legacy, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE jobs SET status = 'in_progress', claim_token = gen_random_uuid(), "
+            "lease_expires_at = clock_timestamp() + interval '10 minutes' "
+            "WHERE id = (SELECT id FROM jobs WHERE status = 'pending' LIMIT 1)"
+        )
+    await set_pause(legacy_pool, claims=True, enqueue=True, reason=None, actor="ops")
+    report = await set_logged(legacy_pool)
+    assert report["outcome"] == "refused"
+    assert "1 job(s) hold a live lease" in report["message"]
+    assert persistence(legacy) == "u"
+
+
+def _hold_lock(dsn: str, statement: str, release: threading.Event, held: threading.Event) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(statement)  # type: ignore[arg-type]
+        held.set()
+        release.wait(60)
+        conn.rollback()
+
+
+def _cli(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*jobrelay_command(), "ops", *args],
+        env=cli_env(DATABASE_URL=dsn),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_held_lock_aborts_within_the_timeout_and_changes_nothing(
+    legacy: str, tmp_path: Path
+) -> None:
+    assert _cli("pause", dsn=legacy).returncode == 0
+    release, held = threading.Event(), threading.Event()
+    holder = threading.Thread(
+        target=_hold_lock, args=(legacy, "LOCK TABLE jobs IN ACCESS SHARE MODE", release, held)
+    )
+    holder.start()
+    try:
+        assert held.wait(30)
+        began = time.monotonic()
+        result = _cli(
+            "set-logged", "--lock-timeout", "1s", "--report", str(tmp_path / "r.json"), dsn=legacy
+        )
+        elapsed = time.monotonic() - began
+    finally:
+        release.set()
+        holder.join()
+    assert result.returncode == 2
+    assert "set-logged aborted: could not lock jobs within 1s" in result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["outcome"] == "aborted" and report["steps"]["3_lock"] == {"granted": False}
+    assert elapsed < 60, "the command must give up instead of waiting for the lock"
+    assert persistence(legacy) == "u"
+    assert job_count(legacy) == LEGACY_ROW_COUNT
+
+
+def test_a_foreign_key_to_an_unlogged_table_stops_before_any_lock(legacy: str) -> None:
+    with psycopg.connect(legacy, autocommit=True) as conn:
+        conn.execute("CREATE UNLOGGED TABLE legacy_tag (id int PRIMARY KEY)")
+        conn.execute("ALTER TABLE jobs ADD COLUMN tag_id int REFERENCES legacy_tag (id)")
+    assert _cli("pause", dsn=legacy).returncode == 0
+    release, held = threading.Event(), threading.Event()
+    holder = threading.Thread(
+        target=_hold_lock, args=(legacy, "LOCK TABLE jobs IN ACCESS SHARE MODE", release, held)
+    )
+    holder.start()
+    try:
+        assert held.wait(30)
+        # With the lock held, a run that tried to lock would end "aborted"; it must be refused.
+        result = _cli("set-logged", "--lock-timeout", "30s", dsn=legacy)
+    finally:
+        release.set()
+        holder.join()
+    assert result.returncode == 2
+    assert "set-logged refused" in result.stderr
+    assert "jobs_tag_id_fkey (jobs -> legacy_tag)" in result.stderr
+    assert persistence(legacy) == "u"
+
+
+def test_not_paused_is_refused_with_the_reason_by_the_cli(legacy: str) -> None:
+    result = _cli("set-logged", dsn=legacy)
+    assert result.returncode == 2
+    assert "jobs are not paused: run `jobrelay ops pause` first" in result.stderr
+
+
+def test_dry_run_measures_and_changes_nothing(legacy: str) -> None:
+    assert _cli("pause", dsn=legacy).returncode == 0
+    result = _cli("set-logged", "--dry-run", dsn=legacy)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["outcome"] == "dry_run"
+    assert report["steps"]["2_measure"]["rowCount"] == LEGACY_ROW_COUNT
+    assert persistence(legacy) == "u"
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1s", "0ms"])
+def test_bad_lock_timeout_is_named(legacy: str, bad: str) -> None:
+    result = _cli("set-logged", "--lock-timeout", bad, dsn=legacy)
+    assert result.returncode == 2
+    assert f"--lock-timeout {bad!r}" in result.stderr
+
+
+def test_ops_check_and_status_report_the_legacy_state(legacy: str) -> None:
+    checked = _cli("check", dsn=legacy)
+    assert checked.returncode == 1
+    body = json.loads(checked.stdout)
+    assert body["tables"]["jobs"] == "unlogged"
+    assert body["dedupeIndex"] == "missing"
+    assert body["duplicateGroups"] == 4
+    status = json.loads(_cli("status", dsn=legacy).stdout)
+    assert status["claimsPaused"] is False
+    assert status["pendingByType"]["media.process"] > 0
+
+
+def test_concurrent_enqueues_after_the_index_cannot_duplicate(legacy: str) -> None:
+    applied = _cli("reconcile-duplicates", "--apply", "--create-index", dsn=legacy)
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["dedupeIndex"] == "valid"
+    barrier = threading.Barrier(6)
+
+    def enqueue() -> None:
+        with psycopg.connect(legacy, autocommit=True) as conn:
+            barrier.wait(30)
+            for _ in range(10):
+                conn.execute(
+                    "INSERT INTO jobs (id, type, dedupe_key, payload) "
+                    "VALUES (gen_random_uuid(), 'media.process', 'fresh:1', '{}') "
+                    "ON CONFLICT (type, dedupe_key) "
+                    "WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'in_progress') "
+                    "DO NOTHING"
+                )
+
+    threads = [threading.Thread(target=enqueue) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with psycopg.connect(legacy) as conn:
+        active = conn.execute(
+            "SELECT count(*) FROM jobs WHERE dedupe_key = 'fresh:1' "
+            "AND status IN ('pending', 'in_progress')"
+        ).fetchone()
+        groups = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE dedupe_key IS NOT NULL AND status "
+            "IN ('pending','in_progress') GROUP BY type, dedupe_key HAVING count(*) > 1) g"
+        ).fetchone()
+    assert active == (1,)
+    assert groups == (0,)
