@@ -21,7 +21,15 @@ import structlog
 from jobrelay.settings import Settings
 
 # Libraries that are chatty at INFO and say nothing an operator of jobrelay needs.
-_QUIET_LIBRARIES = ("botocore", "aiobotocore", "urllib3", "httpx", "httpcore", "asyncio")
+_QUIET_LIBRARIES = (
+    "alembic",
+    "botocore",
+    "aiobotocore",
+    "urllib3",
+    "httpx",
+    "httpcore",
+    "asyncio",
+)
 
 
 def use_json(settings: Settings, stream: TextIO) -> bool:

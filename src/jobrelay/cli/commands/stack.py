@@ -1,11 +1,20 @@
-"""`jobrelay up`: the whole local stack in one process tree, stopped by Ctrl-C."""
+"""`jobrelay up` (the whole local stack in one process) and `jobrelay api` (the API alone).
+
+`up` starts embedded PostgreSQL (unless DATABASE_URL), runs migrations, starts the SQS/S3
+emulator (unless an endpoint is configured) with its queues and bucket, then supervises the
+API and the background components in one event loop. Ctrl-C or SIGTERM stops them all, then
+the emulator and PostgreSQL; a second `up` reuses the same data directory.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import typer
 import uvicorn
@@ -13,16 +22,29 @@ from rich.console import Console
 
 from jobrelay.api import create_app
 from jobrelay.bootstrap import (
+    Services,
     aws_endpoint,
     build_services,
     database,
     local_emulator,
+    local_issuer,
     prepare_aws,
     require_free_port,
+    run_sqs_worker,
 )
+from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
 
 console = Console()
+
+# A background component of the stack: runs until `stop` is set.
+Component = Callable[[Services, asyncio.Event], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True)
+class StackPart:
+    name: str
+    run: Component
 
 
 def register(app: typer.Typer) -> None:
@@ -33,24 +55,14 @@ def register(app: typer.Typer) -> None:
 def up_command(
     port: int | None = typer.Option(None, help="API port (default: JOBRELAY_API_PORT)."),
 ) -> None:
-    """Start embedded PostgreSQL, migrations, the SQS/S3 emulator and the API."""
-    settings = _with_port(load_settings(), port)
+    """Start the whole local stack: PostgreSQL, migrations, emulator, API and workers."""
+    settings = _for_stack(_with_port(load_settings(), port))
     _require_free_port(settings)
+    configure_logging(settings)
     _interrupt_on_sigterm()
     with contextlib.suppress(KeyboardInterrupt):
         _run_stack(settings)
     console.print("stopped")
-
-
-def _run_stack(settings: Settings) -> None:
-    with database(settings) as dsn, local_emulator(settings) as endpoint_url:
-        endpoint = aws_endpoint(settings, endpoint_url)
-        asyncio.run(prepare_aws(settings, endpoint))
-        base = f"http://{settings.api_host}:{settings.api_port}"
-        console.print(f"[bold green]jobrelay is up[/]\n  API      {base}\n  OpenAPI  {base}/docs")
-        console.print(f"  SQS/S3   {endpoint_url}\n  data     {settings.data_dir.resolve()}")
-        console.print("Press Ctrl-C to stop.")
-        asyncio.run(_serve_api(settings, dsn, endpoint_url))
 
 
 def api_command(
@@ -59,17 +71,98 @@ def api_command(
     """Run only the API against DATABASE_URL (or the embedded server)."""
     settings = _with_port(load_settings(), port)
     _require_free_port(settings)
+    configure_logging(settings)
     _interrupt_on_sigterm()
     with contextlib.suppress(KeyboardInterrupt), database(settings) as dsn:
-        asyncio.run(_serve_api(settings, dsn, settings.aws_endpoint_url))
+        asyncio.run(_supervise(settings, dsn, settings.aws_endpoint_url, parts=[]))
+
+
+def stack_parts(settings: Settings) -> list[StackPart]:
+    """The background components `up` runs beside the API."""
+
+    async def sqs_worker(services: Services, stop: asyncio.Event) -> None:
+        await run_sqs_worker(settings, stop, endpoint_url=services.aws.endpoint_url)
+
+    return [StackPart("sqs-worker", sqs_worker)]
+
+
+def _run_stack(settings: Settings) -> None:
+    with database(settings) as dsn, local_emulator(settings) as endpoint_url:
+        endpoint = aws_endpoint(settings, endpoint_url)
+        asyncio.run(prepare_aws(settings, endpoint))
+        _print_welcome(settings, endpoint_url)
+        asyncio.run(_supervise(settings, dsn, endpoint_url, parts=stack_parts(settings)))
+
+
+def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
+    base = f"http://{settings.api_host}:{settings.api_port}"
+    console.print(f"[bold green]jobrelay is up[/]\n  API      {base}\n  OpenAPI  {base}/docs")
+    console.print(f"  SQS/S3   {endpoint_url}\n  data     {settings.data_dir.resolve()}")
+    if settings.auth_mode == "local":
+        token = local_issuer(settings).mint("demo", ttl_s=12 * 3600, admin=True)
+        console.print("A token (sub demo, admin group, 12 h) and an example request:")
+        console.print(f"  export TOKEN={token}", soft_wrap=True, highlight=False)
+        console.print(f'  curl -s -H "Authorization: Bearer $TOKEN" {base}/v1/me', highlight=False)
+    console.print("Press Ctrl-C to stop.")
+
+
+class _SupervisedServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the supervisor decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _supervise(
+    settings: Settings, dsn: str, endpoint_url: str | None, *, parts: list[StackPart]
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with build_services(settings, dsn, aws_endpoint(settings, endpoint_url)) as services:
+            server = _SupervisedServer(
+                uvicorn.Config(
+                    create_app(services),
+                    host=settings.api_host,
+                    port=settings.api_port,
+                    log_level="warning",
+                    lifespan="off",
+                )
+            )
+            tasks = [asyncio.create_task(server.serve(), name="api")]
+            tasks += [
+                asyncio.create_task(part.run(services, stop), name=part.name) for part in parts
+            ]
+            stopper = asyncio.create_task(stop.wait(), name="stop-signal")
+            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            stop.set()
+            server.should_exit = True
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            stopper.cancel()
+            for task, result in zip(tasks, results, strict=True):
+                if isinstance(result, BaseException) and not isinstance(
+                    result, asyncio.CancelledError
+                ):
+                    console.print(f"[red]{task.get_name()} failed:[/] {result}")
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def _for_stack(settings: Settings) -> Settings:
+    """Point the in-stack SQS worker at this API unless its webhook URL was configured."""
+    if "sqs_worker_webhook_url" in settings.model_fields_set:
+        return settings
+    url = f"http://{settings.api_host}:{settings.api_port}/v1/webhooks/worker"
+    return settings.model_copy(update={"sqs_worker_webhook_url": url})
 
 
 def _interrupt_on_sigterm() -> None:
-    """Make SIGTERM unwind like Ctrl-C so every started server is stopped on the way out.
-
-    uvicorn re-raises the signal it caught after shutting down; with the default SIGTERM
-    action that would end the process before the embedded PostgreSQL is stopped.
-    """
+    """Until the supervisor installs its handlers, SIGTERM unwinds like Ctrl-C, so the
+    embedded PostgreSQL and the emulator are stopped on the way out."""
 
     def _raise(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -87,15 +180,3 @@ def _require_free_port(settings: Settings) -> None:
     require_free_port(
         settings.api_host, settings.api_port, what="the API", setting="JOBRELAY_API_PORT"
     )
-
-
-async def _serve_api(settings: Settings, dsn: str, endpoint_url: str | None) -> None:
-    async with build_services(settings, dsn, aws_endpoint(settings, endpoint_url)) as services:
-        config = uvicorn.Config(
-            create_app(services),
-            host=settings.api_host,
-            port=settings.api_port,
-            log_level="warning",
-            lifespan="off",
-        )
-        await uvicorn.Server(config).serve()
