@@ -50,10 +50,12 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     try:
         wait_until(lambda: _ready(port), timeout_s=60, what="first `up` to be ready")
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
-        with psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO organization (name, created_by, updated_by) VALUES ('kept', 'a', 'a')"
-            )
+        # One-shot commands attach to the running stack's PostgreSQL and leave it running.
+        created = _run(
+            "admin", "create-org", "kept", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path)
+        )
+        assert created.returncode == 0, created.stderr
+        assert _ready(port), "the stack must keep running after an attached command"
     finally:
         output = _stop(first, signal.SIGINT)
     assert "jobrelay is up" in output

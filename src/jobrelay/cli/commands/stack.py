@@ -87,7 +87,7 @@ def stack_parts(settings: Settings) -> list[StackPart]:
 
 
 def _run_stack(settings: Settings) -> None:
-    with database(settings) as dsn, local_emulator(settings) as endpoint_url:
+    with database(settings, own_stack=True) as dsn, local_emulator(settings) as endpoint_url:
         endpoint = aws_endpoint(settings, endpoint_url)
         asyncio.run(prepare_aws(settings, endpoint))
         _print_welcome(settings, endpoint_url)
