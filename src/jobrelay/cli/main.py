@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, ops, sqs_worker, stack
+from jobrelay.cli.commands import admin, database, demo, ops, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ sqs_worker.register(app)
 stack.register(app)
 admin.register(app)
 ops.register(app)
+demo.register(app)
 
 _stderr = Console(stderr=True, soft_wrap=True)
 
