@@ -21,6 +21,11 @@ from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.jobs.enqueue import Enqueuer
+from jobrelay.jobs.registry import Registry
+from jobrelay.jobs.service import JobsService
+from jobrelay.jobs.types import build_registry
+from jobrelay.jobs.worker import WorkerConfig
 from jobrelay.settings import Settings
 
 __all__ = [
@@ -35,10 +40,13 @@ __all__ = [
     "build_services",
     "database",
     "database_report",
+    "jobs_registry",
+    "jobs_service",
     "local_emulator",
     "migrate_database",
     "prepare_aws",
     "require_free_port",
+    "worker_config",
 ]
 
 
@@ -53,6 +61,7 @@ class Services:
     settings: Settings
     pool: AsyncConnectionPool[Connection]
     aws: AwsEndpoint
+    jobs: JobsService
 
     async def database_ready(self, timeout_s: float = 2.0) -> bool:
         """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
@@ -159,6 +168,35 @@ async def build_services(
         timeout_s=settings.db_connect_timeout_s,
     )
     try:
-        yield Services(settings=settings, pool=pool, aws=endpoint or aws_endpoint(settings))
+        yield Services(
+            settings=settings,
+            pool=pool,
+            aws=endpoint or aws_endpoint(settings),
+            jobs=jobs_service(settings, pool),
+        )
     finally:
         await pool.close()
+
+
+def jobs_registry(settings: Settings) -> Registry:
+    """The closed registry of job types; raises `RegistryError` when it is incomplete."""
+    return build_registry(diag_enabled=settings.diag_jobs_enabled)
+
+
+def jobs_service(settings: Settings, pool: AsyncConnectionPool[Connection]) -> JobsService:
+    registry = jobs_registry(settings)
+    return JobsService(
+        pool=pool,
+        registry=registry,
+        enqueuer=Enqueuer(registry, payload_limit_bytes=settings.jobs_payload_limit_bytes),
+    )
+
+
+def worker_config(settings: Settings, *, concurrency: int | None = None) -> WorkerConfig:
+    """The worker's configuration from settings (and a CLI override)."""
+    return WorkerConfig(
+        concurrency=concurrency or settings.worker_concurrency,
+        lease_s=settings.jobs_lease_s,
+        poll_interval_s=settings.worker_poll_interval_s,
+        rescue_interval_s=settings.jobs_rescue_interval_s,
+    )
