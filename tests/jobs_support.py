@@ -70,10 +70,16 @@ async def eventually(
 
 @asynccontextmanager
 async def running_worker(
-    pool: AsyncConnectionPool[Connection], **config: Any
+    pool: AsyncConnectionPool[Connection],
+    *,
+    jitter: Callable[[], float] | None = None,
+    **config: Any,
 ) -> AsyncIterator[Worker]:
     defaults: dict[str, Any] = {"concurrency": 4, "poll_interval_s": 0.01, "lease_s": 10.0}
-    worker = Worker(pool=pool, registry=registry(), config=WorkerConfig(**{**defaults, **config}))
+    extra: dict[str, Any] = {} if jitter is None else {"jitter": jitter}
+    worker = Worker(
+        pool=pool, registry=registry(), config=WorkerConfig(**{**defaults, **config}), **extra
+    )
     await worker.start()
     try:
         yield worker

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import database, stack
+from jobrelay.cli.commands import database, jobs, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 database.register(app)
+jobs.register(app)
 stack.register(app)
 
 _stderr = Console(stderr=True, soft_wrap=True)
