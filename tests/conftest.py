@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.aws.clients import AwsEndpoint, ensure_resources
 from jobrelay.aws.emulator import LocalEmulator
 from jobrelay.db.pool import Connection, open_pool
-from tests.harness import AwsTestResources, PgServer, start_server
+from tests.harness import ApiHarness, AwsTestResources, PgServer, api_harness, start_server
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -100,3 +100,16 @@ async def aws_resources(aws: AwsEndpoint) -> AwsTestResources:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def issuer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One local-issuer key pair for the session (RSA key generation is not free)."""
+    return tmp_path_factory.mktemp("issuer")
+
+
+@pytest.fixture
+async def api(db_dsn: str, issuer_dir: Path) -> AsyncIterator[ApiHarness]:
+    """The API over a fresh database; see `tests.harness.ApiHarness`."""
+    async with api_harness(db_dsn, issuer_dir) as harness:
+        yield harness

@@ -7,17 +7,23 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from jobrelay.api import create_app
+from jobrelay.auth.tenancy import ProjectScope, Role
 from jobrelay.aws.clients import QueueUrls
+from jobrelay.bootstrap import Services, build_services
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
+from jobrelay.settings import load_settings
 
 T = TypeVar("T")
 
@@ -117,3 +123,44 @@ def cli_env(**overrides: str | None) -> dict[str, str]:
         else:
             env[key] = value
     return env
+
+
+@dataclass
+class ApiHarness:
+    """The real ASGI app over a fresh database, with helpers to mint tokens and tenants.
+
+    Use `api.client` (an httpx.AsyncClient) with `headers=api.headers("alice")`; create a
+    member's organization and project with `await api.tenant("alice")`.
+    """
+
+    client: httpx.AsyncClient
+    services: Services
+
+    def token(self, sub: str = "alice", *, admin: bool = False, **claims: object) -> str:
+        assert self.services.local_issuer is not None
+        return self.services.local_issuer.mint(sub, admin=admin, extra=dict(claims) or None)
+
+    def headers(self, sub: str = "alice", *, admin: bool = False) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(sub, admin=admin)}"}
+
+    async def tenant(self, sub: str = "alice", *, role: Role = "member") -> ProjectScope:
+        """A new organization with one project, `sub` a member of it."""
+        tenancy = self.services.tenancy
+        org = await tenancy.create_organization(f"org-of-{sub}", actor="test")
+        project = await tenancy.create_project(int(org["id"]), "project", actor="test")
+        await tenancy.add_member(int(org["id"]), sub, role=role, actor="test")
+        return ProjectScope(
+            organization_id=int(org["id"]), project_id=int(project["id"]), role=role
+        )
+
+
+@asynccontextmanager
+async def api_harness(
+    dsn: str, data_dir: Path, **settings_overrides: object
+) -> AsyncIterator[ApiHarness]:
+    """Services and app over `dsn`, the local issuer's keys in `data_dir`."""
+    settings = load_settings(data_dir=data_dir, db_pool_min=1, db_pool_max=6, **settings_overrides)
+    async with build_services(settings, dsn) as services:
+        transport = httpx.ASGITransport(app=create_app(services))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield ApiHarness(client=client, services=services)

@@ -11,8 +11,12 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
+import httpx
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
+from jobrelay.auth.tenancy import Tenancy
+from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, ensure_resources
 from jobrelay.aws.emulator import EmulatorError, LocalEmulator, port_is_free
 from jobrelay.db import migrate
@@ -43,6 +47,7 @@ __all__ = [
     "jobs_registry",
     "jobs_service",
     "local_emulator",
+    "local_issuer",
     "migrate_database",
     "prepare_aws",
     "require_free_port",
@@ -62,6 +67,9 @@ class Services:
     pool: AsyncConnectionPool[Connection]
     aws: AwsEndpoint
     jobs: JobsService
+    tokens: TokenVerifier
+    tenancy: Tenancy
+    local_issuer: LocalIssuer | None = None
 
     async def database_ready(self, timeout_s: float = 2.0) -> bool:
         """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
@@ -167,12 +175,16 @@ async def build_services(
         max_size=settings.db_pool_max,
         timeout_s=settings.db_connect_timeout_s,
     )
+    issuer = local_issuer(settings) if settings.auth_mode == "local" else None
     try:
         yield Services(
             settings=settings,
             pool=pool,
             aws=endpoint or aws_endpoint(settings),
             jobs=jobs_service(settings, pool),
+            tokens=token_verifier(settings, issuer),
+            tenancy=Tenancy(pool),
+            local_issuer=issuer,
         )
     finally:
         await pool.close()
@@ -199,4 +211,54 @@ def worker_config(settings: Settings, *, concurrency: int | None = None) -> Work
         lease_s=settings.jobs_lease_s,
         poll_interval_s=settings.worker_poll_interval_s,
         rescue_interval_s=settings.jobs_rescue_interval_s,
+    )
+
+
+def local_issuer(settings: Settings) -> LocalIssuer:
+    """The development token issuer whose key pair lives in the data directory."""
+    return LocalIssuer(settings.data_dir)
+
+
+def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerifier:
+    """The bearer-token verifier: the local issuer's keys, or the Cognito pool's JWKS."""
+    if settings.auth_mode == "local":
+        assert issuer is not None
+        local = issuer
+
+        async def fetch_local() -> dict[str, object]:
+            return local.jwks()
+
+        policy = TokenPolicy(
+            issuer=LOCAL_ISSUER,
+            client_ids=frozenset({LOCAL_CLIENT_ID, *settings.auth_client_ids}),
+            token_uses=frozenset(settings.auth_token_uses),
+            admin_group=settings.auth_admin_group,
+            leeway_s=settings.auth_leeway_s,
+        )
+        return TokenVerifier(policy, JwksCache(fetch_local, min_refresh_interval_s=0))
+    cognito_issuer = settings.cognito_issuer
+    if cognito_issuer is None or not settings.auth_client_ids:
+        raise StartupError(
+            "JOBRELAY_AUTH_MODE=cognito needs JOBRELAY_COGNITO_USER_POOL_ID and "
+            "JOBRELAY_AUTH_CLIENT_IDS"
+        )
+    jwks_url = f"{cognito_issuer}/.well-known/jwks.json"
+
+    async def fetch_cognito() -> dict[str, object]:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            response = await client.get(jwks_url)
+            response.raise_for_status()
+            document: dict[str, object] = response.json()
+            return document
+
+    policy = TokenPolicy(
+        issuer=cognito_issuer,
+        client_ids=frozenset(settings.auth_client_ids),
+        token_uses=frozenset(settings.auth_token_uses),
+        admin_group=settings.auth_admin_group,
+        leeway_s=settings.auth_leeway_s,
+    )
+    return TokenVerifier(
+        policy,
+        JwksCache(fetch_cognito, min_refresh_interval_s=settings.auth_jwks_refresh_interval_s),
     )

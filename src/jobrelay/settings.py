@@ -61,6 +61,23 @@ class Settings(BaseSettings):
         description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
     )
 
+    auth_mode: Literal["local", "cognito"] = Field(
+        default="local",
+        description="local: tokens from the local issuer; cognito: a Cognito user pool.",
+    )
+    cognito_user_pool_id: str | None = Field(default=None, description="e.g. eu-west-1_AbC123")
+    cognito_region: str | None = Field(default=None, description="Defaults to aws_region.")
+    auth_client_ids: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="App client ids whose tokens are accepted (csv)."
+    )
+    auth_token_uses: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["access"], description="Accepted token_use values (csv)."
+    )
+    auth_admin_group: str = "jobrelay-admins"
+    auth_leeway_s: float = Field(default=10.0, ge=0, le=300)
+    auth_jwks_refresh_interval_s: float = Field(default=30.0, ge=0)
+    api_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+
     diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
     jobs_payload_limit_bytes: int = Field(
         default=256 * 1024, ge=1, description="Largest job payload, in UTF-8 bytes of JSON."
@@ -78,10 +95,18 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
-    @field_validator("webhook_secrets", mode="before")
+    @field_validator("webhook_secrets", "auth_client_ids", "auth_token_uses", mode="before")
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @property
+    def cognito_issuer(self) -> str | None:
+        """`https://cognito-idp.<region>.amazonaws.com/<pool id>` when a pool is configured."""
+        if not self.cognito_user_pool_id:
+            return None
+        region = self.cognito_region or self.aws_region
+        return f"https://cognito-idp.{region}.amazonaws.com/{self.cognito_user_pool_id}"
 
     @property
     def pgdata_dir(self) -> Path:

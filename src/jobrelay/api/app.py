@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import health
+from jobrelay.api.routes import dev, health, jobs, tenancy
 from jobrelay.bootstrap import Services
 
 
@@ -19,4 +19,8 @@ def create_app(services: Services) -> FastAPI:
     app.state.services = services
     install_problem_handlers(app)
     app.include_router(health.router)
+    app.include_router(tenancy.router)
+    app.include_router(jobs.router)
+    if services.local_issuer is not None:
+        app.include_router(dev.router)
     return app

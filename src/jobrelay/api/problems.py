@@ -9,7 +9,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobrelay.domain.errors import Conflict, InvalidInput, NotFound, Paused
+from jobrelay.domain.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    Paused,
+    Unauthenticated,
+)
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://jobrelay.dev/problems/"
@@ -51,6 +58,16 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
         errors = [{"path": e.path, "message": e.message} for e in exc.errors]
         return problem(422, "validation", "Invalid request", exc.detail, errors=errors)
+
+    @app.exception_handler(Unauthenticated)
+    async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:
+        response = problem(401, "unauthenticated", "Unauthenticated", str(exc))
+        response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return response
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return problem(403, "forbidden", "Forbidden", str(exc))
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:

@@ -38,3 +38,11 @@ class InvalidInput(JobrelayError):
 
     def __str__(self) -> str:
         return self.detail
+
+
+class Unauthenticated(JobrelayError):
+    """No valid bearer token (a 401). The message says what was wrong, never the token."""
+
+
+class Forbidden(JobrelayError):
+    """Authenticated, but the action needs a role the caller lacks (a 403)."""
