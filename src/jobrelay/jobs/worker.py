@@ -3,11 +3,12 @@
 One `Worker` per process runs three loops of the same shape (keyword-only validated
 construction, `start`/`stop`, named tasks, log-and-continue):
 
-* `jobrelay-worker-claim`: claims up to the free slots in one statement, runs each job in
-  its own task, waits for a free slot or the poll interval;
-* `jobrelay-worker-flush`: records finished jobs that have no fenced outputs with ONE
-  `complete_jobs` statement per batch (whatever finished while the previous batch was
-  being written), so completions cost one round trip per batch, not per job;
+* `jobrelay-worker-claim`: in one transaction, records the jobs finished since the last
+  cycle (ONE `complete_jobs` statement for the batch) and claims up to the free slots (ONE
+  `claim_jobs` statement); runs each job in its own task; waits for a free slot, or for the
+  poll interval when nothing was available. One commit per cycle, not two per job.
+* `jobrelay-worker-flush`: records finished jobs (same batched statement) while the claim
+  loop is idle or stopping, so a completion never waits for the next claim;
 * `jobrelay-worker-rescue`: reclaims expired leases of any worker.
 
 Each running job has one heartbeat (started after a third of the lease, so short jobs never
@@ -22,6 +23,7 @@ graceful drain: `WorkerConfig.classes`, `_free_slots` and `_claim_once` are the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -119,11 +121,12 @@ class Worker:
         self.stats = WorkerStats()
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._task_jobs: dict[asyncio.Task[None], uuid.UUID] = {}
-        self._slot_freed = asyncio.Event()
+        self._wake = asyncio.Event()  # a slot freed, or stop requested
         self._stop_requested = asyncio.Event()
         self._flush_needed = asyncio.Event()
         self._done: list[Done] = []
         self._closing = False
+        self._claim_idle = False
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -146,6 +149,7 @@ class Worker:
         if not self._tasks:
             return
         self._stop_requested.set()
+        self._wake.set()
         claim_task, flush_task, rescue_task = self._tasks
         await asyncio.gather(claim_task, return_exceptions=True)
         running = list(self._running.values())
@@ -175,22 +179,35 @@ class Worker:
         return self.config.concurrency - len(self._running)
 
     async def _claim_once(self, limit: int) -> list[ClaimedJob]:
-        async with self._pool.connection() as conn:
-            return await claims.claim(
-                conn,
-                worker_id=self.worker_id,
-                limit=limit,
-                lease_s=self.config.lease_s,
-                classes=self.config.classes,
-            )
+        """Record the completions buffered so far and claim up to `limit` jobs, in ONE
+        transaction (one commit per cycle instead of two). On error the completions go back
+        to the buffer; they are CAS writes, so writing them again later is safe."""
+        done, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                statuses = await claims.complete_many(conn, done) if done else {}
+                jobs = await claims.claim(
+                    conn,
+                    worker_id=self.worker_id,
+                    limit=limit,
+                    lease_s=self.config.lease_s,
+                    classes=self.config.classes,
+                )
+        except BaseException:
+            self._done[:0] = done
+            raise
+        for status in statuses.values():
+            self._count(status)
+        return jobs
 
     async def _claim_loop(self) -> None:
         errors = 0
         while not self._stop_requested.is_set():
             free = self._free_slots()
             if free <= 0:
-                self._slot_freed.clear()
-                await self._wait(self._slot_freed, None)
+                self._wake.clear()
+                if self._free_slots() <= 0 and not self._stop_requested.is_set():
+                    await self._wake.wait()
                 continue
             try:
                 jobs = await self._claim_once(free)
@@ -198,25 +215,25 @@ class Worker:
                 errors += 1
                 self.stats.errors += 1
                 log.exception("claim failed (%d in a row); retrying", errors)
-                await self._wait(self._stop_requested, min(5.0, 0.1 * 2 ** min(errors, 6)))
+                await self._pause(min(5.0, 0.1 * 2 ** min(errors, 6)))
                 continue
             errors = 0
             self.stats.claimed += len(jobs)
             for job in jobs:
                 self._spawn(job)
             if len(jobs) < free:
-                await self._wait(self._stop_requested, self.config.poll_interval_s)
+                if self._done:
+                    self._flush_needed.set()  # idle: record completions without waiting
+                await self._pause(self.config.poll_interval_s)
 
-    async def _wait(self, event: asyncio.Event, timeout_s: float | None) -> None:
-        """Wait for `event` (or the stop request) at most `timeout_s`."""
-        waiters = {asyncio.ensure_future(event.wait())}
-        if event is not self._stop_requested:
-            waiters.add(asyncio.ensure_future(self._stop_requested.wait()))
-        _, pending = await asyncio.wait(
-            waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        for waiter in pending:
-            waiter.cancel()
+    async def _pause(self, timeout_s: float) -> None:
+        """Sleep `timeout_s` unless stopped meanwhile; completions are flushed meanwhile."""
+        self._claim_idle = True
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_requested.wait(), timeout_s)
+        finally:
+            self._claim_idle = False
 
     def _spawn(self, job: ClaimedJob) -> None:
         task = asyncio.create_task(self._process(job), name=f"job:{job.type}:{job.id}")
@@ -228,7 +245,7 @@ class Worker:
         job_id = self._task_jobs.pop(task, None)
         if job_id is not None:
             self._running.pop(job_id, None)
-        self._slot_freed.set()
+        self._wake.set()
 
     # -- one job -----------------------------------------------------------------------
 
@@ -320,7 +337,8 @@ class Worker:
         if isinstance(outcome, Complete):
             if outcome.outputs is None:
                 self._done.append(Done(job, outcome.result))
-                self._flush_needed.set()
+                if self._claim_idle or self._stop_requested.is_set():
+                    self._flush_needed.set()  # else the next claim records it
                 return
             complete = outcome
             try:
