@@ -27,8 +27,14 @@ from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.jobs.enqueue import Enqueuer
+from jobrelay.jobs.registry import Registry
+from jobrelay.jobs.service import JobsService
+from jobrelay.jobs.types import build_registry
+from jobrelay.jobs.worker import WorkerConfig
 from jobrelay.settings import Settings
-from jobrelay.sqs_workers import WorkerConfig, WorkerStartupError
+from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
+from jobrelay.sqs_workers import WorkerStartupError
 from jobrelay.sqs_workers import serve as serve_sqs_worker
 
 __all__ = [
@@ -43,12 +49,15 @@ __all__ = [
     "build_services",
     "database",
     "database_report",
+    "jobs_registry",
+    "jobs_service",
     "local_emulator",
     "local_issuer",
     "migrate_database",
     "prepare_aws",
     "require_free_port",
     "run_sqs_worker",
+    "worker_config",
 ]
 
 
@@ -63,6 +72,7 @@ class Services:
     settings: Settings
     pool: AsyncConnectionPool[Connection]
     aws: AwsEndpoint
+    jobs: JobsService
     tokens: TokenVerifier
     tenancy: Tenancy
     local_issuer: LocalIssuer | None = None
@@ -201,12 +211,37 @@ async def build_services(
             settings=settings,
             pool=pool,
             aws=endpoint or aws_endpoint(settings),
+            jobs=jobs_service(settings, pool),
             tokens=token_verifier(settings, issuer),
             tenancy=Tenancy(pool),
             local_issuer=issuer,
         )
     finally:
         await pool.close()
+
+
+def jobs_registry(settings: Settings) -> Registry:
+    """The closed registry of job types; raises `RegistryError` when it is incomplete."""
+    return build_registry(diag_enabled=settings.diag_jobs_enabled)
+
+
+def jobs_service(settings: Settings, pool: AsyncConnectionPool[Connection]) -> JobsService:
+    registry = jobs_registry(settings)
+    return JobsService(
+        pool=pool,
+        registry=registry,
+        enqueuer=Enqueuer(registry, payload_limit_bytes=settings.jobs_payload_limit_bytes),
+    )
+
+
+def worker_config(settings: Settings, *, concurrency: int | None = None) -> WorkerConfig:
+    """The worker's configuration from settings (and a CLI override)."""
+    return WorkerConfig(
+        concurrency=concurrency or settings.worker_concurrency,
+        lease_s=settings.jobs_lease_s,
+        poll_interval_s=settings.worker_poll_interval_s,
+        rescue_interval_s=settings.jobs_rescue_interval_s,
+    )
 
 
 def local_issuer(settings: Settings) -> LocalIssuer:
@@ -270,7 +305,7 @@ async def run_sqs_worker(
     the webhook URL). `abandon` cuts the shutdown grace short."""
     try:
         await serve_sqs_worker(
-            WorkerConfig.from_settings(settings),
+            SqsWorkerConfig.from_settings(settings),
             aws_endpoint(settings, endpoint_url),
             stop,
             abandon=abandon,

@@ -101,6 +101,19 @@ class Settings(BaseSettings):
     sqs_worker_fetch_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
 
     diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
+    jobs_payload_limit_bytes: int = Field(
+        default=256 * 1024, ge=1, description="Largest job payload, in UTF-8 bytes of JSON."
+    )
+    jobs_lease_s: float = Field(
+        default=30.0, gt=0, description="Lease of a claimed job; heartbeats renew it."
+    )
+    jobs_rescue_interval_s: float = Field(
+        default=5.0, gt=0, description="How often a worker reclaims expired leases."
+    )
+    worker_concurrency: int = Field(default=10, ge=1, description="Jobs run at once per worker.")
+    worker_poll_interval_s: float = Field(
+        default=0.05, gt=0, description="Worker wait between claims when nothing is available."
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 

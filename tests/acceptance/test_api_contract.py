@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -31,7 +32,14 @@ async def _foreign_project(api: ApiHarness, project_id: int) -> str:
     return str(project_id)
 
 
-RESOURCE_FACTORIES: dict[str, ResourceFactory] = {"projectId": _foreign_project}
+async def _any_job(api: ApiHarness, project_id: int) -> str:
+    return str(uuid.uuid4())  # jobs are not tenant resources: admin role, checked as 401/403
+
+
+RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
+    "projectId": _foreign_project,
+    "job_id": _any_job,
+}
 
 
 def _operations(openapi: dict[str, object]) -> Iterator[tuple[str, str]]:

@@ -12,11 +12,14 @@ import pytest
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import open_pool
+from jobrelay.jobs.types import build_registry
 from jobrelay.ops.check import create_dedupe_index
 from jobrelay.ops.control import set_pause
-from jobrelay.ops.duplicates import builtin_policy, reconcile_duplicates
+from jobrelay.ops.duplicates import reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import default_claim_check, set_logged
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
+
+POLICIES = registry_policies(build_registry(diag_enabled=True))
 
 
 def _crash_and_restart(server: EmbeddedPostgres) -> str:
@@ -48,7 +51,7 @@ async def test_crash_empties_unlogged_jobs_but_not_after_set_logged(tmp_path: Pa
 
         pool = await open_pool(dsn, min_size=1, max_size=2)
         try:
-            await reconcile_duplicates(pool, builtin_policy, apply=True)
+            await reconcile_duplicates(pool, POLICIES, apply=True)
             assert await create_dedupe_index(pool) == "valid"
             await set_pause(pool, claims=True, enqueue=True, reason="runbook", actor="ops")
             report = await set_logged(pool)

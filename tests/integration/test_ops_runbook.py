@@ -13,12 +13,16 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.jobs.claims import claim
+from jobrelay.jobs.types import build_registry
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import set_pause
-from jobrelay.ops.duplicates import builtin_policy, plan_as_json, reconcile_duplicates
+from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
-from tests.harness import cli_env, jobrelay_command
+from tests.harness import ApiHarness, cli_env, jobrelay_command
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
+
+POLICIES = registry_policies(build_registry(diag_enabled=True))
 
 
 @pytest.fixture
@@ -48,7 +52,7 @@ async def test_reconcile_index_and_set_logged_on_the_legacy_shape(
 ) -> None:
     before = _states(legacy)
 
-    dry = await reconcile_duplicates(legacy_pool, builtin_policy, apply=False)
+    dry = await reconcile_duplicates(legacy_pool, POLICIES, apply=False)
     assert _states(legacy) == before, "a dry run changes nothing"
     summary = plan_as_json(dry)
     assert summary["byType"] == {
@@ -57,7 +61,7 @@ async def test_reconcile_index_and_set_logged_on_the_legacy_shape(
         "source.sync": {"groups": 1, "cancelled": 1, "merged": 0},
     }
 
-    applied = await reconcile_duplicates(legacy_pool, builtin_policy, apply=True)
+    applied = await reconcile_duplicates(legacy_pool, POLICIES, apply=True)
     assert plan_as_json(applied)["plan"] == summary["plan"]
     after = _states(legacy)
     planned_losers = {loser: g for g in applied.groups for loser in g.cancelled}
@@ -269,3 +273,34 @@ def test_concurrent_enqueues_after_the_index_cannot_duplicate(legacy: str) -> No
         ).fetchone()
     assert active == (1,)
     assert groups == (0,)
+
+
+NOOP = {"type": "diag.noop", "payload": {}}
+
+
+async def test_pause_refuses_enqueue_over_http_and_stops_claims(api: ApiHarness) -> None:
+    pool = api.services.pool
+    await set_pause(pool, claims=True, enqueue=True, reason="quiesce", actor="ops")
+    refused = await api.client.post(
+        "/v1/jobs",
+        json={"type": "diag.noop", "payload": {}},
+        headers=api.headers("root", admin=True),
+    )
+    assert refused.status_code == 503
+    assert refused.json()["type"].endswith("/paused")
+    async with pool.connection() as conn:
+        count = await (await conn.execute("SELECT count(*) AS n FROM jobs")).fetchone()
+    assert count is not None and count["n"] == 0, "nothing stored while paused"
+
+    await set_pause(pool, claims=True, enqueue=False, reason="drain", actor="ops")
+    accepted = await api.client.post(
+        "/v1/jobs",
+        json={"type": "diag.noop", "payload": {}},
+        headers=api.headers("root", admin=True),
+    )
+    assert accepted.status_code in (200, 201), accepted.text
+    async with pool.connection() as conn:
+        assert await claim(conn, worker_id="w", limit=10, lease_s=30) == []
+    await set_pause(pool, claims=False, enqueue=False, reason=None, actor="ops")
+    async with pool.connection() as conn:
+        assert len(await claim(conn, worker_id="w", limit=10, lease_s=30)) == 1

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import dev, health, tenancy
+from jobrelay.api.routes import dev, health, jobs, tenancy
 from jobrelay.bootstrap import Services
 
 
@@ -24,6 +24,7 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=services.settings.api_max_body_bytes)
     app.include_router(health.router)
     app.include_router(tenancy.router)
+    app.include_router(jobs.router)
     if services.local_issuer is not None:
         app.include_router(dev.router)
     return app

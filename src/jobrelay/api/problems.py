@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -84,6 +85,17 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, f"http-{exc.status_code}", str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(psycopg.DataError)
+    async def _unstorable(_: Request, exc: psycopg.DataError) -> JSONResponse:
+        # Input that passed validation but cannot be stored (a NUL character in text or
+        # jsonb, an out-of-range number): the caller's fault, and nothing was written.
+        return problem(
+            422,
+            "unstorable-value",
+            "Invalid request",
+            "the request contains a value PostgreSQL cannot store (e.g. a NUL character)",
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

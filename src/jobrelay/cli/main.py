@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, demo, ops, sqs_worker, stack
+from jobrelay.cli.commands import admin, database, demo, jobs, ops, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app = typer.Typer(
 )
 database.register(app)
 sqs_worker.register(app)
+jobs.register(app)
 stack.register(app)
 admin.register(app)
 ops.register(app)

@@ -10,14 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
-
-class ConflictPolicy(StrEnum):
-    IGNORE = "ignore"
-    MERGE = "merge"
-    SUPERSEDE = "supersede"
+from jobrelay.domain.jobs import ConflictPolicy
 
 
 @dataclass(frozen=True, slots=True)

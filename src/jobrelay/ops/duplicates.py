@@ -15,23 +15,27 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.domain.duplicates import (
     ActiveRow,
-    ConflictPolicy,
     DuplicatePolicy,
     ReconcilePlan,
     plan_reconciliation,
 )
+from jobrelay.domain.jobs import ConflictPolicy
+from jobrelay.jobs.registry import Registry
 from jobrelay.ops.control import SQL
 
-# The conflict policy of each built-in type; types not listed keep one row (`ignore`).
-BUILTIN_POLICIES: dict[str, DuplicatePolicy] = {
-    "index.sync_delta": DuplicatePolicy(ConflictPolicy.MERGE, merge_keys=("mediaIds",)),
-    "source.sync": DuplicatePolicy(ConflictPolicy.SUPERSEDE),
-}
 
+def registry_policies(registry: Registry) -> Callable[[str], DuplicatePolicy]:
+    """Each type's conflict policy from the job registry; legacy types it does not know
+    keep one row (`ignore`)."""
 
-def builtin_policy(job_type: str) -> DuplicatePolicy:
-    """The policy of `job_type` (ignore for types the engine does not declare otherwise)."""
-    return BUILTIN_POLICIES.get(job_type, DuplicatePolicy(ConflictPolicy.IGNORE))
+    def policy_for(job_type: str) -> DuplicatePolicy:
+        entry = registry.get(job_type)
+        if entry is None:
+            return DuplicatePolicy(ConflictPolicy.IGNORE)
+        merge_keys = (entry.merge_field,) if entry.merge_field else ()
+        return DuplicatePolicy(entry.policy, merge_keys=merge_keys)
+
+    return policy_for
 
 
 async def reconcile_duplicates(

@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.ids import new_uuid
+from jobrelay.jobs.claims import claim
 from jobrelay.ops.control import SQL, control_status
 
 # A conservative rewrite rate for the duration estimate (table + indexes are rewritten).
@@ -43,12 +44,19 @@ NEXT_STEPS = [
 
 
 async def default_claim_check(conn: Connection) -> bool:
-    """Enqueue a `diag.noop` job and claim it with the engine's claim shape; rolled back."""
+    """Insert a `diag.noop` job and claim it with the engine's own claim statement.
+
+    Runs in one transaction that is rolled back, with the pause flags lifted inside it only
+    (other sessions still see them set), so nothing is left behind and no worker wakes up.
+    """
     job_id = new_uuid()
     async with conn.transaction(force_rollback=True):
+        await conn.execute(
+            SQL.set_pause, {"claims": False, "enqueue": False, "reason": None, "actor": "ops"}
+        )
         await conn.execute(SQL.verify_claim_insert, {"id": job_id})
-        row = await (await conn.execute(SQL.verify_claim, {"id": job_id})).fetchone()
-    return row is not None
+        claimed = await claim(conn, worker_id="ops-verify", limit=1, lease_s=30)
+    return [job.id for job in claimed] == [job_id]
 
 
 async def set_logged(

@@ -17,11 +17,11 @@ import typer
 from psycopg_pool import AsyncConnectionPool
 from pydantic.alias_generators import to_camel
 
-from jobrelay.bootstrap import build_services, database
+from jobrelay.bootstrap import build_services, database, jobs_registry
 from jobrelay.domain.errors import InvalidInput, JobrelayError
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import control_status, set_pause
-from jobrelay.ops.duplicates import builtin_policy, plan_as_json, reconcile_duplicates
+from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
 from jobrelay.settings import load_settings
 
@@ -116,7 +116,8 @@ def reconcile_command(
     """Plan (dry run) or apply the reconciliation of active duplicates."""
 
     async def action(pool: AsyncConnectionPool[Any]) -> dict[str, Any]:
-        plan = await reconcile_duplicates(pool, builtin_policy, apply=apply)
+        policies = registry_policies(jobs_registry(load_settings()))
+        plan = await reconcile_duplicates(pool, policies, apply=apply)
         result = {"applied": apply, **plan_as_json(plan)}
         if create_index:
             if not apply and plan.groups:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run the shared peer benchmark (../shared/bench-peers, read-only) with the jobrelay adapter
+# of this directory beside the peers, on one PostgreSQL server, in one run.
+#   bench/peers/run_with_peers.sh                 # PEERS="jobrelay pgqueuer oban" REPS=3
+#   PEERS="jobrelay pgqueuer oban chancy procrastinate" REPS=3 bench/peers/run_with_peers.sh
+# Results (raw lines + medians) go to bench/peers/results/run-<UTC>.txt.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+PEERS_DIR="${PEERS_DIR:-/work/shared/bench-peers}"
+VENV="${PEERS_VENV:-/tmp/peers-venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  PY="${PEERS_PYTHON:-$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1)}"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q -r "$PEERS_DIR/requirements.txt"
+fi
+# jobrelay's engine needs only these of its dependencies (the peers pin psycopg already).
+"$VENV/bin/pip" install -q --disable-pip-version-check pydantic uuid-utils alembic sqlalchemy
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$REPO"
+mkdir -p "$HERE/results"
+export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
+export PEERS="${PEERS:-jobrelay pgqueuer oban}"
+export REPS="${REPS:-3}"
+export BENCH_OUT="${BENCH_OUT:-$HERE/results}"
+export BENCH_PGDATA="${BENCH_PGDATA:-/tmp/jobrelay-bench-peers-pgdata}"
+exec "$VENV/bin/python" "$PEERS_DIR/run.py" "$@"

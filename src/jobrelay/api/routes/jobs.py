@@ -1,0 +1,184 @@
+"""Jobs endpoints (admin role): enqueue, read, list, cancel, retry; media processing status."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+from pydantic import Field
+
+from jobrelay.api.deps import AdminDep, ServicesDep
+from jobrelay.api.schemas import ApiModel
+from jobrelay.domain.errors import FieldError, InvalidInput
+from jobrelay.domain.jobs import EnqueueOutcome
+from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.jobs.models import Job
+
+router = APIRouter(tags=["jobs"])
+
+
+class JobIn(ApiModel):
+    type: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    priority: int | None = None
+    delay_seconds: float = 0.0
+    max_attempts: int | None = None
+
+
+class JobOut(ApiModel):
+    id: uuid.UUID
+    type: str
+    status: str
+    payload: dict[str, Any]
+    dedupe_key: str | None
+    revision: int
+    parent_id: uuid.UUID | None
+    source_key: str | None
+    concurrency_class: str
+    priority: int
+    attempt_count: int
+    max_attempts: int
+    available_at: dt.datetime
+    claimed_by: str | None
+    claimed_at: dt.datetime | None
+    lease_expires_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    failure_kind: str | None
+    last_error: str | None
+    result: dict[str, Any] | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls.model_validate(job)
+
+
+class EnqueuedOut(ApiModel):
+    id: uuid.UUID
+    outcome: EnqueueOutcome
+    revision: int
+    job: JobOut
+
+
+class JobPageOut(ApiModel):
+    items: list[JobOut]
+    next_cursor: uuid.UUID | None
+
+
+class MediaStatusOut(ApiModel):
+    media_id: str
+    status: str
+    job_id: uuid.UUID | None
+    revision: int | None
+    failure_kind: str | None
+
+
+class MediaStatusPage(ApiModel):
+    items: list[MediaStatusOut]
+
+
+def _check_ranges(body: JobIn) -> None:
+    errors: list[FieldError] = []
+    if body.priority is not None and not 0 <= body.priority <= 32767:
+        errors.append(FieldError("priority", "must be between 0 and 32767"))
+    if not 0 <= body.delay_seconds <= 366 * 86400:
+        errors.append(FieldError("delaySeconds", "must be between 0 and one year"))
+    if body.max_attempts is not None and not 1 <= body.max_attempts <= 1000:
+        errors.append(FieldError("maxAttempts", "must be between 1 and 1000"))
+    if errors:
+        raise InvalidInput("invalid job", errors)
+
+
+@router.post(
+    "/v1/jobs",
+    response_model=EnqueuedOut,
+    status_code=status.HTTP_201_CREATED,
+    summary="Enqueue a job (201 created; 200 when merged into, superseding or equal to an "
+    "active job with the same dedupe key)",
+    responses={200: {"model": EnqueuedOut}, 422: {"description": "unknown type, bad payload"}},
+)
+async def enqueue_job(
+    body: JobIn, _: AdminDep, services: ServicesDep, response: Response
+) -> EnqueuedOut:
+    _check_ranges(body)
+    result = await services.jobs.enqueue(
+        EnqueueRequest(
+            type=body.type,
+            payload=body.payload,
+            priority=body.priority,
+            delay_s=body.delay_seconds,
+            max_attempts=body.max_attempts,
+        )
+    )
+    if result.outcome is not EnqueueOutcome.CREATED:
+        response.status_code = status.HTTP_200_OK
+    job = await services.jobs.get(result.id)
+    return EnqueuedOut(
+        id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(job)
+    )
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobOut, summary="One job")
+async def get_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+    return JobOut.of(await services.jobs.get(job_id))
+
+
+@router.get(
+    "/v1/jobs",
+    response_model=JobPageOut,
+    summary="Jobs, newest first; pass nextCursor as cursor for the next page",
+)
+async def list_jobs(
+    _: AdminDep,
+    services: ServicesDep,
+    type: Annotated[str | None, Query(description="only this job type")] = None,
+    job_status: Annotated[str | None, Query(alias="status", description="only this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[uuid.UUID | None, Query(description="nextCursor of the last page")] = None,
+) -> JobPageOut:
+    page = await services.jobs.list_jobs(type=type, status=job_status, limit=limit, before=cursor)
+    return JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before)
+
+
+@router.post(
+    "/v1/jobs/{job_id}/cancel",
+    response_model=JobOut,
+    summary="Cancel a pending or running job (a running handler is stopped)",
+)
+async def cancel_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+    return JobOut.of(await services.jobs.cancel(job_id))
+
+
+@router.post(
+    "/v1/jobs/{job_id}/retry",
+    response_model=JobOut,
+    summary="Put a failed or cancelled job back to pending with fresh attempts",
+)
+async def retry_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+    return JobOut.of(await services.jobs.retry(job_id))
+
+
+@router.get(
+    "/v1/media/status",
+    response_model=MediaStatusPage,
+    summary="Per media id, the status of its newest media.process job (or none)",
+)
+async def media_status(
+    _: AdminDep,
+    services: ServicesDep,
+    media_ids: Annotated[list[str], Query(alias="mediaIds[]")] = [],  # noqa: B006
+    media_ids_plain: Annotated[list[str], Query(alias="mediaIds")] = [],  # noqa: B006
+) -> MediaStatusPage:
+    wanted = [*media_ids, *media_ids_plain]
+    if not wanted:
+        raise InvalidInput("no media ids", [FieldError("mediaIds[]", "give at least one")])
+    if len(wanted) > 500:
+        raise InvalidInput("too many media ids", [FieldError("mediaIds[]", "at most 500")])
+    statuses = await services.jobs.media_status(wanted)
+    return MediaStatusPage(
+        items=[MediaStatusOut.model_validate(s, from_attributes=True) for s in statuses]
+    )

@@ -1,0 +1,152 @@
+"""`jobrelay worker` and `jobrelay jobs ...`: run jobs, and enqueue/inspect/cancel/retry them.
+
+Output of the `jobs` commands is JSON (camelCase, as the API returns it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from jobrelay.bootstrap import Services, build_services, database, worker_config
+from jobrelay.domain.errors import FieldError, InvalidInput
+from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.jobs.models import job_json
+from jobrelay.settings import Settings, load_settings
+
+console = Console()
+jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
+T = TypeVar("T")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker_command)
+    app.add_typer(jobs_app, name="jobs")
+
+
+def worker_command(
+    concurrency: int | None = typer.Option(
+        None, help="Jobs run at once (default: JOBRELAY_WORKER_CONCURRENCY)."
+    ),
+) -> None:
+    """Run a jobs worker until SIGINT/SIGTERM (running jobs finish or are released)."""
+    settings = load_settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    with database(settings) as dsn:
+        asyncio.run(_run_worker(settings, dsn, concurrency))
+
+
+async def _run_worker(settings: Settings, dsn: str, concurrency: int | None) -> None:
+    config = worker_config(settings, concurrency=concurrency)
+    pool_max = max(settings.db_pool_max, min(config.concurrency + 4, 50))
+    settings = settings.model_copy(update={"db_pool_max": pool_max})
+    async with build_services(settings, dsn) as services:
+        worker = services.jobs.worker(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        console.print(f"worker {worker.worker_id} running (concurrency {config.concurrency})")
+        await worker.run_until(stop)
+        console.print(f"worker stopped: {worker.stats}")
+
+
+def _with_services(action: Callable[[Services], Awaitable[T]]) -> T:
+    settings = load_settings()
+    with database(settings) as dsn:
+
+        async def run() -> T:
+            async with build_services(settings, dsn) as services:
+                return await action(services)
+
+        return asyncio.run(run())
+
+
+def _print(value: Any) -> None:
+    console.print_json(json.dumps(value, default=str))
+
+
+def _job_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInput("invalid job id", [FieldError("id", "not a UUID")]) from None
+
+
+@jobs_app.command("enqueue")
+def enqueue_command(
+    job_type: str = typer.Argument(..., metavar="TYPE", help="Job type, e.g. diag.noop."),
+    payload: str = typer.Option("{}", "--payload", "-p", help="Payload as JSON."),
+    priority: int | None = typer.Option(None, help="0 is the most urgent."),
+    delay: float = typer.Option(0.0, help="Seconds before the job becomes available."),
+    max_attempts: int | None = typer.Option(None, help="Attempts before failing."),
+) -> None:
+    """Enqueue one job; prints its id and the outcome (created, merged, ...)."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput("payload is not JSON", [FieldError("payload", str(exc))]) from exc
+    request = EnqueueRequest(
+        type=job_type, payload=data, priority=priority, delay_s=delay, max_attempts=max_attempts
+    )
+    result = _with_services(lambda s: s.jobs.enqueue(request))
+    _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
+
+
+@jobs_app.command("show")
+def show_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Show one job."""
+    job = _with_services(lambda s: s.jobs.get(_job_id(job_id)))
+    _print(job_json(job))
+
+
+@jobs_app.command("list")
+def list_command(
+    job_type: str | None = typer.Option(None, "--type", help="Only this type."),
+    status: str | None = typer.Option(None, help="Only this status."),
+    limit: int = typer.Option(50, help="Page size (1-500)."),
+    before: str | None = typer.Option(None, help="Cursor: the nextCursor of the last page."),
+) -> None:
+    """List jobs, newest first."""
+    cursor = _job_id(before) if before else None
+    page = _with_services(
+        lambda s: s.jobs.list_jobs(type=job_type, status=status, limit=limit, before=cursor)
+    )
+    _print(
+        {
+            "items": [job_json(j) for j in page.jobs],
+            "nextCursor": None if page.next_before is None else str(page.next_before),
+        }
+    )
+
+
+@jobs_app.command("cancel")
+def cancel_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Cancel a pending or running job."""
+    _print(job_json(_with_services(lambda s: s.jobs.cancel(_job_id(job_id)))))
+
+
+@jobs_app.command("retry")
+def retry_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Put a failed or cancelled job back to pending with fresh attempts."""
+    _print(job_json(_with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
+
+
+_MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
+
+
+@jobs_app.command("media-status")
+def media_status_command(media_ids: list[str] = _MEDIA_IDS) -> None:
+    """The state of the newest media.process job of each media id (or none)."""
+    statuses = _with_services(lambda s: s.jobs.media_status(media_ids))
+    _print([{"mediaId": m.media_id, "status": m.status} for m in statuses])

@@ -1,0 +1,284 @@
+"""Enqueue: one atomic statement per conflict policy, single or bulk (DESIGN.md 3.1-3.3).
+
+`enqueue(conn, request)` and `enqueue_many(conn, requests)` take the caller's connection so a
+job can be created in the same transaction as the rows that need it: the job is invisible
+to workers until that transaction commits and disappears if it rolls back (no orphan job,
+no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
+through `INSERT ... ON CONFLICT`, never by reading first.
+
+A bulk call folds requests with the same (type, dedupe key) before the statement: a
+multi-row `ON CONFLICT DO UPDATE` that meets one key twice fails with a cardinality error.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, LiteralString, cast
+
+from jobrelay.db.pool import Connection
+from jobrelay.db.sql import Queries
+from jobrelay.domain.errors import FieldError, InvalidInput, Paused
+from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome
+from jobrelay.ids import new_uuid
+from jobrelay.jobs.models import Enqueued
+from jobrelay.jobs.registry import JobType, Registry, payload_json
+
+_QUERIES = Queries("jobrelay.jobs")
+_ATTEMPTS = 5  # rounds for inputs whose active job changed under the statement
+
+_UPDATED_OUTCOME = {
+    ConflictPolicy.IGNORE: EnqueueOutcome.DEDUPLICATED,
+    ConflictPolicy.MERGE: EnqueueOutcome.MERGED,
+    ConflictPolicy.SUPERSEDE: EnqueueOutcome.SUPERSEDED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job to enqueue. Defaults come from the job type (priority, max attempts)."""
+
+    type: str
+    payload: Mapping[str, Any]
+    priority: int | None = None
+    delay_s: float = 0.0
+    max_attempts: int | None = None
+    parent_id: uuid.UUID | None = None
+
+
+@dataclass(slots=True)
+class _Row:
+    id: uuid.UUID
+    job_type: JobType[Any]
+    payload: dict[str, Any]
+    dedupe_key: str | None
+    revision: int
+    source_key: str | None
+    priority: int
+    max_attempts: int
+    delay_s: float
+    parent_id: uuid.UUID | None
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        return None if self.dedupe_key is None else (self.job_type.name, self.dedupe_key)
+
+
+class Enqueuer:
+    """Validates requests against the registry and writes them with the policy statements."""
+
+    def __init__(self, registry: Registry, *, payload_limit_bytes: int) -> None:
+        if payload_limit_bytes < 1:
+            raise ValueError(f"payload_limit_bytes must be >= 1, got {payload_limit_bytes}")
+        self._registry = registry
+        self._limit = payload_limit_bytes
+
+    def prepare(self, request: EnqueueRequest, *, path: str = "") -> _Row:
+        """Validate one request; raises `InvalidInput` naming the field."""
+        size = len(json.dumps(request.payload, separators=(",", ":")).encode())
+        if size > self._limit:
+            raise InvalidInput(
+                "payload too large",
+                [
+                    FieldError(
+                        f"{path}payload",
+                        f"payload is {size} bytes of JSON; the limit is {self._limit} bytes "
+                        "(JOBRELAY_JOBS_PAYLOAD_LIMIT_BYTES)",
+                    )
+                ],
+            )
+        try:
+            model = self._registry.parse(request.type, request.payload)
+        except InvalidInput as exc:
+            if not path:
+                raise
+            raise InvalidInput(
+                exc.detail, [FieldError(path + e.path, e.message) for e in exc.errors]
+            ) from exc
+        job_type = self._registry.get(request.type)
+        assert job_type is not None  # parse() rejected unknown types
+        max_attempts = request.max_attempts or job_type.retry.max_attempts
+        if max_attempts < 1:
+            raise InvalidInput(
+                "invalid max attempts", [FieldError(f"{path}maxAttempts", "must be >= 1")]
+            )
+        return _Row(
+            id=new_uuid(),
+            job_type=job_type,
+            payload=json.loads(payload_json(model)),
+            dedupe_key=job_type.dedupe_key(model),
+            revision=job_type.revision(model),
+            source_key=job_type.source_key(model),
+            priority=job_type.priority if request.priority is None else request.priority,
+            max_attempts=max_attempts,
+            delay_s=max(0.0, request.delay_s),
+            parent_id=request.parent_id,
+        )
+
+    async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
+        """Enqueue one job in the caller's connection (and transaction, if one is open)."""
+        row = self.prepare(request)
+        return (await self._write(conn, [row]))[0]
+
+    async def enqueue_many(
+        self, conn: Connection, requests: Sequence[EnqueueRequest]
+    ) -> list[Enqueued]:
+        """Enqueue many jobs (validated all or nothing), one statement per conflict policy.
+
+        Results are in request order. Requests folded into an earlier one with the same key
+        share its job; under policy ignore they report `deduplicated`.
+        """
+        errors: list[FieldError] = []
+        rows: list[_Row] = []
+        for i, request in enumerate(requests):
+            try:
+                rows.append(self.prepare(request, path=f"{i}."))
+            except InvalidInput as exc:
+                errors.extend(exc.errors)
+        if errors:
+            raise InvalidInput("invalid jobs; nothing was enqueued", errors)
+        if not rows:
+            return []
+        folded, owner = _fold(rows)
+        if len(folded) == len(rows) and len({r.job_type.policy for r in rows}) == 1:
+            written = await self._write(conn, folded)
+        else:
+            async with conn.transaction():
+                written = await self._write(conn, folded)
+        by_id = {row.id: result for row, result in zip(folded, written, strict=True)}
+        results: list[Enqueued] = []
+        for row in rows:
+            lead = owner[row.id]
+            result = by_id[lead.id]
+            if (
+                lead is not row
+                and row.job_type.policy is ConflictPolicy.IGNORE
+                and result.outcome is EnqueueOutcome.CREATED
+            ):
+                result = Enqueued(result.id, EnqueueOutcome.DEDUPLICATED, result.revision)
+            results.append(result)
+        return results
+
+    async def _write(self, conn: Connection, rows: list[_Row]) -> list[Enqueued]:
+        by_policy: dict[ConflictPolicy, list[_Row]] = {}
+        for row in rows:
+            by_policy.setdefault(row.job_type.policy, []).append(row)
+        results: dict[uuid.UUID, Enqueued] = {}
+        for policy, group in by_policy.items():
+            for merge_field, part in _merge_groups(policy, group).items():
+                results.update(await _write_policy(conn, policy, merge_field, part))
+        return [results[row.id] for row in rows]
+
+
+def _merge_groups(policy: ConflictPolicy, rows: list[_Row]) -> dict[str | None, list[_Row]]:
+    if policy is not ConflictPolicy.MERGE:
+        return {None: rows}
+    groups: dict[str | None, list[_Row]] = {}
+    for row in rows:
+        groups.setdefault(row.job_type.merge_field, []).append(row)
+    return groups
+
+
+def _statement(policy: ConflictPolicy) -> LiteralString:
+    if policy is ConflictPolicy.IGNORE:
+        return _QUERIES.enqueue_ignore
+    if policy is ConflictPolicy.MERGE:
+        return _QUERIES.enqueue_merge
+    return _QUERIES.enqueue_supersede
+
+
+async def _write_policy(
+    conn: Connection, policy: ConflictPolicy, merge_field: str | None, rows: list[_Row]
+) -> dict[uuid.UUID, Enqueued]:
+    """Run the policy's statement; re-run it for inputs whose active job changed meanwhile."""
+    results: dict[uuid.UUID, Enqueued] = {}
+    todo = rows
+    for _ in range(_ATTEMPTS):
+        params: dict[str, Any] = {
+            "ids": [r.id for r in todo],
+            "types": [r.job_type.name for r in todo],
+            "payloads": [json.dumps(r.payload, separators=(",", ":")) for r in todo],
+            "dedupe_keys": [r.dedupe_key for r in todo],
+            "revisions": [r.revision for r in todo],
+            "source_keys": [r.source_key for r in todo],
+            "classes": [str(r.job_type.concurrency_class) for r in todo],
+            "priorities": [r.priority for r in todo],
+            "max_attempts": [r.max_attempts for r in todo],
+            "delays_s": [r.delay_s for r in todo],
+            "parent_ids": [r.parent_id for r in todo],
+        }
+        if policy is ConflictPolicy.MERGE:
+            params["merge_field"] = merge_field
+        cursor = await conn.execute(_statement(policy), params)
+        returned = await cursor.fetchall()
+        by_key: dict[tuple[str, str], Enqueued] = {}
+        for rec in returned:
+            kind = rec["kind"]
+            job_id = cast(uuid.UUID, rec["id"])
+            revision = cast(int, rec["revision"])
+            if kind == "paused":
+                raise Paused("enqueueing is paused by the operator (jobs_control)")
+            if kind == "inserted":
+                outcome = EnqueueOutcome.CREATED
+            elif kind == "updated":
+                outcome = _UPDATED_OUTCOME[policy]
+            else:
+                outcome = EnqueueOutcome.DEDUPLICATED
+            result = Enqueued(id=job_id, outcome=outcome, revision=revision)
+            if kind == "inserted":
+                results[job_id] = result
+            if rec["dedupe_key"] is not None:
+                by_key[(str(rec["type"]), str(rec["dedupe_key"]))] = result
+        missing: list[_Row] = []
+        for row in todo:
+            if row.id in results:
+                continue
+            key = row.key
+            found = by_key.get(key) if key is not None else None
+            if found is None:
+                missing.append(row)
+            else:
+                results[row.id] = found
+        if not missing:
+            return results
+        todo = missing
+    raise RuntimeError(f"enqueue did not settle after {_ATTEMPTS} rounds for {len(todo)} jobs")
+
+
+def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:
+    """One row per (type, dedupe key): first wins (ignore), lists unioned (merge), highest
+    revision wins (supersede). Returns the folded rows and, per input id, its lead row."""
+    leads: dict[tuple[str, str], _Row] = {}
+    owner: dict[uuid.UUID, _Row] = {}
+    folded: list[_Row] = []
+    for row in rows:
+        key = row.key
+        lead = leads.get(key) if key is not None else None
+        if key is None or lead is None:
+            if key is not None:
+                leads[key] = row
+            folded.append(row)
+            owner[row.id] = row
+            continue
+        owner[row.id] = lead
+        policy = row.job_type.policy
+        if policy is ConflictPolicy.MERGE:
+            merge_field = row.job_type.merge_field or ""
+            seen = list(lead.payload.get(merge_field) or [])
+            known = set(map(_freeze, seen))
+            for element in row.payload.get(merge_field) or []:
+                if _freeze(element) not in known:
+                    known.add(_freeze(element))
+                    seen.append(element)
+            lead.payload[merge_field] = seen
+        elif policy is ConflictPolicy.SUPERSEDE and row.revision > lead.revision:
+            lead.payload = row.payload
+            lead.revision = row.revision
+            lead.source_key = row.source_key
+    return folded, owner
+
+
+def _freeze(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)

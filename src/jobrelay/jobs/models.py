@@ -1,0 +1,161 @@
+"""Rows of the jobs engine as values: a claimed job, a job as callers see it, an enqueue result."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobrelay.domain.jobs import EnqueueOutcome, FailureKind, JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """What a worker holds after a claim. `claim_token` and `revision` fence every write."""
+
+    id: uuid.UUID
+    type: str
+    payload: Mapping[str, Any]
+    revision: int
+    claim_token: uuid.UUID
+    attempt_count: int
+    max_attempts: int
+    source_key: str | None
+    concurrency_class: str
+    parent_id: uuid.UUID | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ClaimedJob:
+        return cls(
+            id=row["id"],
+            type=row["type"],
+            payload=row["payload"],
+            revision=row["revision"],
+            claim_token=row["claim_token"],
+            attempt_count=row["attempt_count"],
+            max_attempts=row["max_attempts"],
+            source_key=row["source_key"],
+            concurrency_class=row["concurrency_class"],
+            parent_id=row["parent_id"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job row as the API and CLI show it (the claim token stays inside the engine)."""
+
+    id: uuid.UUID
+    type: str
+    status: JobStatus
+    payload: Mapping[str, Any]
+    dedupe_key: str | None
+    revision: int
+    parent_id: uuid.UUID | None
+    source_key: str | None
+    concurrency_class: str
+    priority: int
+    attempt_count: int
+    max_attempts: int
+    available_at: dt.datetime
+    claimed_by: str | None
+    claimed_at: dt.datetime | None
+    lease_expires_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    failure_kind: FailureKind | None
+    last_error: str | None
+    result: Mapping[str, Any] | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        kind = row["failure_kind"]
+        return cls(
+            id=row["id"],
+            type=row["type"],
+            status=JobStatus(row["status"]),
+            payload=row["payload"],
+            dedupe_key=row["dedupe_key"],
+            revision=row["revision"],
+            parent_id=row["parent_id"],
+            source_key=row["source_key"],
+            concurrency_class=row["concurrency_class"],
+            priority=row["priority"],
+            attempt_count=row["attempt_count"],
+            max_attempts=row["max_attempts"],
+            available_at=row["available_at"],
+            claimed_by=row["claimed_by"],
+            claimed_at=row["claimed_at"],
+            lease_expires_at=row["lease_expires_at"],
+            heartbeat_at=row["heartbeat_at"],
+            failure_kind=FailureKind(kind) if kind else None,
+            last_error=row["last_error"],
+            result=row["result"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """The camelCase JSON form of a job used by the API and the CLI."""
+    return {
+        "id": str(job.id),
+        "type": job.type,
+        "status": job.status.value,
+        "payload": job.payload,
+        "dedupeKey": job.dedupe_key,
+        "revision": job.revision,
+        "parentId": None if job.parent_id is None else str(job.parent_id),
+        "sourceKey": job.source_key,
+        "concurrencyClass": job.concurrency_class,
+        "priority": job.priority,
+        "attemptCount": job.attempt_count,
+        "maxAttempts": job.max_attempts,
+        "availableAt": _iso(job.available_at),
+        "claimedBy": job.claimed_by,
+        "claimedAt": _iso(job.claimed_at),
+        "leaseExpiresAt": _iso(job.lease_expires_at),
+        "heartbeatAt": _iso(job.heartbeat_at),
+        "failureKind": None if job.failure_kind is None else job.failure_kind.value,
+        "lastError": job.last_error,
+        "result": job.result,
+        "createdAt": _iso(job.created_at),
+        "updatedAt": _iso(job.updated_at),
+        "finishedAt": _iso(job.finished_at),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """The job an enqueue landed in and what happened to it."""
+
+    id: uuid.UUID
+    outcome: EnqueueOutcome
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of `list_jobs`; pass `next_before` back to get the next (older) page."""
+
+    jobs: list[Job]
+    next_before: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class MediaStatus:
+    """The newest `media.process` job of a media id, or `status == "none"` when there is none."""
+
+    media_id: str
+    status: str
+    job_id: uuid.UUID | None
+    revision: int | None
+    failure_kind: str | None

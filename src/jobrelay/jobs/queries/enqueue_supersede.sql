@@ -1,0 +1,58 @@
+-- Enqueue jobs whose type supersedes the existing active job (policy supersede): a higher
+-- revision replaces payload and revision of the active job (pending or running; a running
+-- worker then cannot complete it and the job runs again); a lower or equal revision
+-- leaves it alone (the WHERE after DO UPDATE filters; the WHERE before it names the arbiter).
+-- Rows: `inserted` (new job), `updated` (superseded), `existing` (kept), `paused`.
+WITH control AS (
+    SELECT enqueue_paused FROM jobs_control
+),
+input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[], %(dedupe_keys)s::text[],
+        %(revisions)s::bigint[], %(source_keys)s::text[], %(classes)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(delays_s)s::float8[],
+        %(parent_ids)s::uuid[]
+    ) AS t (
+        id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
+        max_attempts, delay_s, parent_id
+    )
+),
+written AS (
+    INSERT INTO jobs AS j (
+        id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
+        max_attempts, available_at, parent_id
+    )
+    SELECT
+        id, type, payload::jsonb, dedupe_key, revision, source_key, concurrency_class, priority,
+        max_attempts, clock_timestamp() + make_interval(secs => delay_s), parent_id
+    FROM input
+    WHERE NOT (SELECT enqueue_paused FROM control)
+    ON CONFLICT (type, dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'in_progress')
+    DO UPDATE SET
+        payload = excluded.payload,
+        revision = excluded.revision,
+        source_key = excluded.source_key
+    WHERE excluded.revision > j.revision
+    RETURNING j.id, j.type, j.dedupe_key, j.revision, (j.xmax = 0) AS inserted
+)
+SELECT id, type, dedupe_key, revision,
+    CASE WHEN inserted THEN 'inserted' ELSE 'updated' END AS kind
+FROM written
+UNION ALL
+SELECT active.id, active.type, active.dedupe_key, active.revision, 'existing' AS kind
+FROM input
+JOIN jobs AS active
+    ON active.type = input.type
+    AND active.dedupe_key = input.dedupe_key
+    AND active.status IN ('pending', 'in_progress')
+WHERE NOT (SELECT enqueue_paused FROM control)
+    AND NOT EXISTS (
+        SELECT 1 FROM written
+        WHERE written.type = input.type AND written.dedupe_key = input.dedupe_key
+    )
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, 'paused' AS kind
+FROM control
+WHERE enqueue_paused

@@ -1,0 +1,27 @@
+-- Reclaim running jobs whose lease expired (database time): back to pending while attempts
+-- are left (the next claim issues a new token), else failed with lease_expired. Rows being
+-- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
+WITH expired AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE status = 'in_progress'
+        AND lease_expires_at < clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE jobs
+SET
+    status = CASE WHEN jobs.attempt_count < jobs.max_attempts THEN 'pending' ELSE 'failed' END,
+    finished_at = CASE
+        WHEN jobs.attempt_count < jobs.max_attempts THEN NULL
+        ELSE clock_timestamp()
+    END,
+    claim_token = NULL,
+    lease_expires_at = NULL,
+    available_at = clock_timestamp(),
+    failure_kind = 'lease_expired',
+    last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
+FROM expired
+WHERE jobs.id = expired.id
+RETURNING jobs.id, jobs.status

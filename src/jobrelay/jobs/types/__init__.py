@@ -1,0 +1,26 @@
+"""Built-in job types and `build_registry`, the one place that lists them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobrelay.jobs.registry import DIAG_PREFIX, KNOWN_TYPES, JobType, Registry
+from jobrelay.jobs.types import diag, index, media, source
+from jobrelay.jobs.types.media import HashTagger, Tagger
+
+__all__ = ["HashTagger", "Tagger", "build_registry"]
+
+
+def build_registry(*, diag_enabled: bool, tagger: Tagger | None = None) -> Registry:
+    """Every built-in type (the `diag.*` ones only when enabled); fails when one is missing."""
+    entries: list[JobType[Any]] = [
+        media.job_type(tagger or HashTagger()),
+        source.job_type(),
+        index.job_type(),
+    ]
+    required = KNOWN_TYPES
+    if diag_enabled:
+        entries.extend(diag.job_types())
+    else:
+        required = frozenset(name for name in KNOWN_TYPES if not name.startswith(DIAG_PREFIX))
+    return Registry(entries, required=required)

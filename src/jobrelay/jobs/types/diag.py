@@ -1,0 +1,64 @@
+"""Diagnostic types for benchmarks, smoke checks and the ops runbook (setting
+`diag_jobs_enabled`): `diag.noop`, `diag.sleep {seconds}`, `diag.fail {kind, times}`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from pydantic import Field
+
+from jobrelay.domain.jobs import Complete, Fail, Outcome, Retry
+from jobrelay.domain.retry import RetryPolicy
+from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+
+
+class DiagNoop(JobPayload):
+    model_config = JobPayload.model_config | {"extra": "allow"}  # benchmarks carry markers
+    type: Literal["diag.noop"] = "diag.noop"
+
+
+class DiagSleep(JobPayload):
+    type: Literal["diag.sleep"] = "diag.sleep"
+    seconds: float = Field(ge=0, le=3600)
+
+
+class DiagFail(JobPayload):
+    type: Literal["diag.fail"] = "diag.fail"
+    kind: Literal["retryable", "permanent"]
+    times: int = Field(default=1_000_000, ge=0, description="attempts that fail, then success")
+
+
+_COMPLETE = Complete()
+
+
+async def noop(ctx: JobContext[DiagNoop]) -> Outcome:
+    return _COMPLETE
+
+
+async def sleep(ctx: JobContext[DiagSleep]) -> Outcome:
+    await asyncio.sleep(ctx.payload.seconds)
+    return Complete(result={"slept": ctx.payload.seconds})
+
+
+async def fail(ctx: JobContext[DiagFail]) -> Outcome:
+    attempt = ctx.job.attempt_count
+    if attempt > ctx.payload.times:
+        return Complete(result={"failedAttempts": ctx.payload.times})
+    message = f"diag.fail attempt {attempt} ({ctx.payload.kind})"
+    if ctx.payload.kind == "permanent":
+        return Fail(message)
+    return Retry(message)
+
+
+def job_types() -> list[JobType[Any]]:
+    return [
+        JobType(name="diag.noop", payload_model=DiagNoop, handler=noop),
+        JobType(name="diag.sleep", payload_model=DiagSleep, handler=sleep),
+        JobType(
+            name="diag.fail",
+            payload_model=DiagFail,
+            handler=fail,
+            retry=RetryPolicy(max_attempts=3, base_s=0.5, cap_s=4.0),
+        ),
+    ]

@@ -1,0 +1,49 @@
+"""`jobrelay jobs ...` and `jobrelay worker` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.harness import cli_env, jobrelay_command, wait_until
+
+
+def _jobs(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*jobrelay_command(), "jobs", *args],
+        env=cli_env(DATABASE_URL=dsn),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_enqueue_run_show_list_and_bad_input(db_dsn: str) -> None:
+    created = _jobs(db_dsn, "enqueue", "diag.noop", "--payload", '{"n": 1}')
+    assert created.returncode == 0, created.stderr
+    job_id = json.loads(created.stdout)["id"]
+    worker = subprocess.Popen(
+        [*jobrelay_command(), "worker", "--concurrency", "2"],
+        env=cli_env(DATABASE_URL=db_dsn, JOBRELAY_WORKER_POLL_INTERVAL_S="0.02"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: json.loads(_jobs(db_dsn, "show", job_id).stdout)["status"] == "completed",
+            timeout_s=60,
+            what="the worker to complete the job",
+        )
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    listed = json.loads(_jobs(db_dsn, "list", "--type", "diag.noop").stdout)
+    assert [j["id"] for j in listed["items"]] == [job_id]
+    bad = _jobs(db_dsn, "enqueue", "no.such.type")
+    assert bad.returncode == 2 and "unknown job type" in bad.stderr

@@ -1,0 +1,174 @@
+"""Claims and CAS writes on real PostgreSQL: one statement, database time, tokens, leases,
+revision fencing, rescue, and the FOR NO KEY UPDATE / MATERIALIZED traps."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.db.pool import Connection
+from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.jobs import claims
+from jobrelay.jobs.claims import Completion, Done
+from jobrelay.jobs.enqueue import EnqueueRequest
+from tests.jobs_support import eventually, fetch, row, service
+
+Pool = AsyncConnectionPool[Connection]
+
+
+async def _claim(pool: Pool, limit: int = 1, lease_s: float = 30.0, worker: str = "w1"):  # type: ignore[no-untyped-def]
+    async with pool.connection() as conn:
+        return await claims.claim(conn, worker_id=worker, limit=limit, lease_s=lease_s)
+
+
+async def test_claim_sets_token_attempt_and_lease_in_database_time(pool: Pool) -> None:
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
+    async with pool.connection() as conn, conn.transaction():
+        # Trap: now() is the transaction start; the lease must use clock_timestamp().
+        await conn.execute("SELECT pg_sleep(0.3)")
+        [job] = await claims.claim(conn, worker_id="w1", limit=1, lease_s=30)
+        cur = await conn.execute(
+            "SELECT lease_expires_at - now() AS ahead, attempt_count, claim_token, claimed_by "
+            "FROM jobs WHERE id = %s",
+            (job.id,),
+        )
+        stored = await cur.fetchone()
+    assert stored is not None
+    assert stored["ahead"].total_seconds() >= 30.25
+    assert stored["attempt_count"] == 1 and stored["claimed_by"] == "w1"
+    assert stored["claim_token"] == job.claim_token
+
+
+async def test_claim_takes_exactly_the_limit_in_priority_order(pool: Pool) -> None:
+    jobs = service(pool)
+    await jobs.enqueue_many(
+        [EnqueueRequest("diag.noop", {"n": i}, priority=i % 3) for i in range(9)]
+    )
+    await jobs.enqueue(EnqueueRequest("diag.noop", {"later": True}, delay_s=3600))
+    claimed = await _claim(pool, limit=4)
+    assert len(claimed) == 4
+    assert [j.payload["n"] % 3 for j in claimed].count(0) == 3
+    running = await fetch(pool, "SELECT count(*) AS n FROM jobs WHERE status = 'in_progress'")
+    assert running[0]["n"] == 4
+    assert len(await _claim(pool, limit=100)) == 5  # the delayed job is not available
+
+
+async def test_claims_from_two_connections_never_share_a_job(pool: Pool, db_dsn: str) -> None:
+    await service(pool).enqueue_many([EnqueueRequest("diag.noop", {"n": i}) for i in range(200)])
+    async with (
+        await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as a,
+        await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as b,
+    ):
+        from psycopg.rows import dict_row
+
+        a.row_factory = dict_row  # type: ignore[assignment]
+        b.row_factory = dict_row  # type: ignore[assignment]
+        seen: list[uuid.UUID] = []
+        import asyncio
+
+        async def drain(conn) -> None:  # type: ignore[no-untyped-def]
+            while batch := await claims.claim(conn, worker_id="x", limit=7, lease_s=30):
+                seen.extend(j.id for j in batch)
+
+        await asyncio.gather(drain(a), drain(b))
+    assert len(seen) == 200 and len(set(seen)) == 200
+
+
+async def test_child_insert_does_not_hide_its_parent_from_claims(pool: Pool) -> None:
+    """Trap: an uncommitted child insert share-locks the parent (KEY SHARE); FOR UPDATE
+    SKIP LOCKED would skip the parent, FOR NO KEY UPDATE SKIP LOCKED does not."""
+    parent = await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
+    async with pool.connection() as child_conn, child_conn.transaction():
+        await child_conn.execute(
+            "INSERT INTO jobs (id, type, parent_id, available_at) "
+            "VALUES (gen_random_uuid(), 'diag.noop', %s, now() + interval '1 hour')",
+            (parent.id,),
+        )
+        async with pool.connection() as other:
+            cur = await other.execute(
+                "SELECT id FROM jobs WHERE id = %s FOR UPDATE SKIP LOCKED", (parent.id,)
+            )
+            assert await cur.fetchall() == []  # the trap
+        [claimed] = await _claim(pool)
+        assert claimed.id == parent.id
+
+
+async def test_stale_claim_writes_are_all_rejected(pool: Pool) -> None:
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
+    [first] = await _claim(pool, lease_s=0.2, worker="old")
+    async with pool.connection() as conn:
+        rescued = await eventually(lambda: claims.rescue_expired(conn), what="lease expiry")
+    assert rescued == {first.id: "pending"}
+    [second] = await _claim(pool, worker="new")
+    assert second.id == first.id and second.claim_token != first.claim_token
+    assert second.attempt_count == 2
+    before = await row(pool, first.id)
+    async with pool.connection() as conn:
+        with pytest.raises(LeaseLost):
+            await claims.heartbeat(conn, first, lease_s=30)
+        assert (await claims.complete_many(conn, [Done(first)])) == {first.id: Completion.LOST}
+        with pytest.raises(LeaseLost):
+            await claims.fail(conn, first, kind=FailureKind.PERMANENT, error="stale")
+        with pytest.raises(LeaseLost):
+            await claims.retry_later(conn, first, delay_s=1, error="stale")
+        with pytest.raises(LeaseLost):
+            await claims.release(conn, first)
+    assert await row(pool, first.id) == before
+    async with pool.connection() as conn:
+        await claims.heartbeat(conn, second, lease_s=30)
+
+
+async def test_changed_revision_goes_back_to_pending(pool: Pool) -> None:
+    jobs = service(pool)
+    e = await jobs.enqueue(EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["a"]}))
+    [job] = await _claim(pool)
+    await jobs.enqueue(EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["b"]}))
+    async with pool.connection() as conn:
+        assert await claims.complete_many(conn, [Done(job)]) == {e.id: Completion.REQUEUED}
+    stored = await row(pool, e.id)
+    assert stored["status"] == "pending" and stored["revision"] == 2
+    assert stored["claim_token"] is None and stored["attempt_count"] == 0
+
+
+async def test_expired_lease_without_attempts_left_fails(pool: Pool) -> None:
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {}, max_attempts=1))
+    [job] = await _claim(pool, lease_s=0.1)
+    async with pool.connection() as conn:
+        rescued = await eventually(lambda: claims.rescue_expired(conn), what="lease expiry")
+    assert rescued == {job.id: "failed"}
+    stored = await row(pool, job.id)
+    assert stored["failure_kind"] == "lease_expired" and stored["finished_at"] is not None
+
+
+async def test_one_running_job_per_source(pool: Pool) -> None:
+    jobs = service(pool)
+    await jobs.enqueue_many(
+        [
+            EnqueueRequest("media.process", {"mediaId": f"m{i}", "revision": 1, "sourceId": "s"})
+            for i in range(3)
+        ]
+        + [EnqueueRequest("media.process", {"mediaId": "x", "revision": 1, "sourceId": "t"})]
+    )
+    first = await _claim(pool, limit=10)
+    assert sorted(j.source_key or "" for j in first) == ["source:s", "source:t"]
+    assert await _claim(pool, limit=10) == []
+    async with pool.connection() as conn:
+        await claims.complete_many(conn, [Done(j) for j in first])
+    assert len(await _claim(pool, limit=10)) == 1
+    # The database itself refuses a second running job of a source.
+    async with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await conn.execute(
+                "UPDATE jobs SET status = 'in_progress', claim_token = gen_random_uuid(), "
+                "lease_expires_at = now() WHERE status = 'pending' AND source_key = 'source:s'"
+            )
+
+
+async def test_paused_claims_take_nothing(pool: Pool) -> None:
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET claims_paused = true")
+    assert await _claim(pool) == []

@@ -1,0 +1,180 @@
+"""Enqueue against real PostgreSQL: policies, bulk folding, caller's transaction, limits,
+and the known traps of ON CONFLICT on a partial unique index."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.db.pool import Connection
+from jobrelay.domain.errors import InvalidInput, Paused
+from jobrelay.domain.jobs import EnqueueOutcome
+from jobrelay.jobs.enqueue import EnqueueRequest
+from tests.jobs_support import fetch, row, service
+
+Pool = AsyncConnectionPool[Connection]
+
+
+async def test_ignore_policy_returns_the_active_job(pool: Pool) -> None:
+    jobs = service(pool)
+    payload = {"mediaId": "m1", "revision": 2, "sourceId": "s1"}
+    first = await jobs.enqueue(EnqueueRequest("media.process", payload))
+    again = await jobs.enqueue(EnqueueRequest("media.process", payload))
+    other_revision = await jobs.enqueue(EnqueueRequest("media.process", {**payload, "revision": 3}))
+    assert first.outcome is EnqueueOutcome.CREATED
+    assert (again.id, again.outcome) == (first.id, EnqueueOutcome.DEDUPLICATED)
+    assert other_revision.outcome is EnqueueOutcome.CREATED and other_revision.id != first.id
+    stored = await row(pool, first.id)
+    assert stored["dedupe_key"] == "m1@2" and stored["concurrency_class"] == "ai"
+    assert stored["source_key"] == "source:s1" and stored["revision"] == 2
+
+
+async def test_terminal_job_frees_its_key(pool: Pool) -> None:
+    jobs = service(pool)
+    payload = {"mediaId": "m1", "revision": 1, "sourceId": "s1"}
+    first = await jobs.enqueue(EnqueueRequest("media.process", payload))
+    await jobs.cancel(first.id)
+    second = await jobs.enqueue(EnqueueRequest("media.process", payload))
+    assert second.outcome is EnqueueOutcome.CREATED and second.id != first.id
+
+
+async def test_supersede_replaces_only_with_a_higher_revision(pool: Pool) -> None:
+    jobs = service(pool)
+    base = {"sourceId": "s1", "syncKind": "full"}
+    first = await jobs.enqueue(EnqueueRequest("source.sync", {**base, "revision": 2}))
+    higher = await jobs.enqueue(EnqueueRequest("source.sync", {**base, "revision": 5}))
+    lower = await jobs.enqueue(EnqueueRequest("source.sync", {**base, "revision": 3}))
+    assert higher.id == first.id == lower.id
+    assert higher.outcome is EnqueueOutcome.SUPERSEDED and higher.revision == 5
+    assert lower.outcome is EnqueueOutcome.DEDUPLICATED and lower.revision == 5
+    stored = await row(pool, first.id)
+    assert stored["payload"]["revision"] == 5 and stored["revision"] == 5
+
+
+async def test_merge_unions_ids_and_bumps_revision(pool: Pool) -> None:
+    jobs = service(pool)
+    a = await jobs.enqueue(
+        EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["a", "b"]})
+    )
+    b = await jobs.enqueue(
+        EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["b", "c"]})
+    )
+    c = await jobs.enqueue(EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["a"]}))
+    assert (a.outcome, b.outcome, c.outcome) == (
+        EnqueueOutcome.CREATED,
+        EnqueueOutcome.MERGED,
+        EnqueueOutcome.DEDUPLICATED,
+    )
+    assert a.id == b.id == c.id
+    stored = await row(pool, a.id)
+    assert stored["payload"]["mediaIds"] == ["a", "b", "c"] and stored["revision"] == 2
+
+
+@pytest.mark.parametrize("stored", ['\'{"index": "i"}\'', '\'{"index": "i", "mediaIds": null}\''])
+async def test_merge_into_a_missing_or_null_list(pool: Pool, stored: str) -> None:
+    """Trap: `payload -> 'mediaIds'` is SQL NULL when missing and JSON null when null; both
+    must count as an empty list, and `||`/`->` precedence must not swallow the union."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, dedupe_key) "
+            f"VALUES (gen_random_uuid(), 'index.sync_delta', {stored}::jsonb, 'i')"
+        )
+    merged = await service(pool).enqueue(
+        EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["x"]})
+    )
+    assert merged.outcome is EnqueueOutcome.MERGED
+    assert (await row(pool, merged.id))["payload"]["mediaIds"] == ["x"]
+
+
+async def test_bulk_folds_duplicate_keys_before_the_statement(pool: Pool) -> None:
+    """Trap: a multi-row ON CONFLICT DO UPDATE meeting one key twice is a cardinality error."""
+    jobs = service(pool)
+    requests = [
+        EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["a"]}),
+        EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["b"]}),
+        EnqueueRequest("source.sync", {"sourceId": "s", "syncKind": "full", "revision": 1}),
+        EnqueueRequest("source.sync", {"sourceId": "s", "syncKind": "full", "revision": 4}),
+        EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"}),
+        EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"}),
+        EnqueueRequest("diag.noop", {}),
+        EnqueueRequest("diag.noop", {}),
+    ]
+    results = await jobs.enqueue_many(requests)
+    assert results[0].id == results[1].id
+    assert (await row(pool, results[0].id))["payload"]["mediaIds"] == ["a", "b"]
+    assert results[2].id == results[3].id
+    assert (await row(pool, results[2].id))["revision"] == 4
+    assert results[4].id == results[5].id
+    assert results[5].outcome is EnqueueOutcome.DEDUPLICATED
+    assert results[6].id != results[7].id
+    assert len(await fetch(pool, "SELECT id FROM jobs")) == 5
+    # Without folding, the same rows in one statement fail: the trap is real.
+    async with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.CardinalityViolation):
+            await conn.execute(
+                "INSERT INTO jobs (id, type, payload, dedupe_key) VALUES "
+                "(gen_random_uuid(), 't', '{}', 'k'), (gen_random_uuid(), 't', '{}', 'k') "
+                "ON CONFLICT (type, dedupe_key) WHERE dedupe_key IS NOT NULL "
+                "AND status IN ('pending', 'in_progress') DO UPDATE SET revision = 2"
+            )
+
+
+async def test_on_conflict_must_repeat_the_index_predicate(pool: Pool) -> None:
+    """Trap: without the partial index's predicate there is no arbiter index at all."""
+    async with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.InvalidColumnReference):
+            await conn.execute(
+                "INSERT INTO jobs (id, type, dedupe_key) VALUES (gen_random_uuid(), 't', 'k') "
+                "ON CONFLICT (type, dedupe_key) DO NOTHING"
+            )
+
+
+async def test_where_before_do_update_only_picks_the_arbiter(pool: Pool) -> None:
+    """Trap: the WHERE before DO UPDATE selects the index; it filters nothing. A filtering
+    WHERE belongs after SET, which is what supersede uses for lower revisions."""
+    jobs = service(pool)
+    base = {"sourceId": "s1", "syncKind": "full"}
+    first = await jobs.enqueue(EnqueueRequest("source.sync", {**base, "revision": 7}))
+    same = await jobs.enqueue(EnqueueRequest("source.sync", {**base, "revision": 7}))
+    assert same.outcome is EnqueueOutcome.DEDUPLICATED
+    assert (await row(pool, first.id))["revision"] == 7
+
+
+async def test_enqueue_joins_the_callers_transaction(pool: Pool) -> None:
+    jobs = service(pool)
+    async with pool.connection() as conn:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                created = await jobs.enqueue(EnqueueRequest("diag.noop", {}), conn=conn)
+                assert len(await fetch(pool, "SELECT id FROM jobs")) == 0  # invisible
+                raise RuntimeError("caller fails")
+    assert created.outcome is EnqueueOutcome.CREATED
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_bad_input_names_the_field_and_stores_nothing(pool: Pool) -> None:
+    jobs = service(pool, limit=1024)
+    with pytest.raises(InvalidInput) as unknown:
+        await jobs.enqueue(EnqueueRequest("no.such.type", {}))
+    assert unknown.value.errors[0].path == "type"
+    with pytest.raises(InvalidInput) as bad:
+        await jobs.enqueue(EnqueueRequest("media.process", {"mediaId": "m", "revision": 0}))
+    assert {e.path for e in bad.value.errors} == {"payload.revision", "payload.sourceId"}
+    with pytest.raises(InvalidInput) as big:
+        await jobs.enqueue(EnqueueRequest("diag.noop", {"blob": "x" * 2000}))
+    assert big.value.errors[0].path == "payload"
+    with pytest.raises(InvalidInput) as bulk:
+        await jobs.enqueue_many(
+            [EnqueueRequest("diag.noop", {}), EnqueueRequest("diag.sleep", {"seconds": -1})]
+        )
+    assert bulk.value.errors[0].path == "1.payload.seconds"
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_paused_enqueue_is_refused(pool: Pool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
+    with pytest.raises(Paused):
+        await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
+    assert await fetch(pool, "SELECT id FROM jobs") == []
