@@ -31,6 +31,7 @@ from jobrelay.bootstrap import (
     prepare_aws,
     require_free_port,
     run_sqs_worker,
+    worker_config,
 )
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
@@ -57,6 +58,7 @@ def up_command(
 ) -> None:
     """Start the whole local stack: PostgreSQL, migrations, emulator, API and workers."""
     settings = _for_stack(_with_port(load_settings(), port))
+    settings = settings.model_copy(update={"db_pool_max": max(settings.db_pool_max, 30)})
     _require_free_port(settings)
     configure_logging(settings)
     _interrupt_on_sigterm()
@@ -83,7 +85,10 @@ def stack_parts(settings: Settings) -> list[StackPart]:
     async def sqs_worker(services: Services, stop: asyncio.Event) -> None:
         await run_sqs_worker(settings, stop, endpoint_url=services.aws.endpoint_url)
 
-    return [StackPart("sqs-worker", sqs_worker)]
+    async def jobs_worker(services: Services, stop: asyncio.Event) -> None:
+        await services.jobs.worker(worker_config(settings)).run_until(stop)
+
+    return [StackPart("sqs-worker", sqs_worker), StackPart("jobs-worker", jobs_worker)]
 
 
 def _run_stack(settings: Settings) -> None:
