@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import dev, health, tenancy
+from jobrelay.api.routes import batches, children, dev, health, tenancy, webhooks
 from jobrelay.bootstrap import Services
 
 
@@ -20,6 +20,9 @@ def create_app(services: Services) -> FastAPI:
     install_problem_handlers(app)
     app.include_router(health.router)
     app.include_router(tenancy.router)
+    app.include_router(batches.router)
+    app.include_router(children.router)
+    app.include_router(webhooks.router)
     if services.local_issuer is not None:
         app.include_router(dev.router)
     return app

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, stack
+from jobrelay.cli.commands import admin, database, relay, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
 database.register(app)
 stack.register(app)
 admin.register(app)
+relay.register(app)
 
 _stderr = Console(stderr=True, soft_wrap=True)
 
