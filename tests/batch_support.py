@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from typing import Any
 
@@ -73,24 +74,38 @@ async def post_webhook(
     return await client.post("/v1/webhooks/worker", content=raw, headers=headers)
 
 
-async def drain(aws: AwsEndpoint, queue_url: str) -> list[dict[str, Any]]:
-    """Every message currently visible in the queue (received, then deleted)."""
+async def drain(
+    aws: AwsEndpoint,
+    queue_url: str,
+    *,
+    expect: int = 0,
+    timeout_s: float = 60.0,
+    shared: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """Receive and delete messages until the queue is empty and at least `expect` arrived
+    (or `timeout_s` passed: the caller's assertions then report what is missing). Several
+    drains may share one counter (`shared[0]`) to split the work."""
     messages: list[dict[str, Any]] = []
+    total = shared if shared is not None else [0]
+    deadline = time.monotonic() + timeout_s
     async with sqs_client(aws) as sqs:
         empty_receives = 0
-        while empty_receives < 2:
+        while time.monotonic() < deadline:
             response = await sqs.receive_message(
                 QueueUrl=queue_url,
                 MaxNumberOfMessages=10,
                 MessageAttributeNames=["All"],
-                WaitTimeSeconds=0,
+                WaitTimeSeconds=0 if total[0] >= expect else 1,
             )
             batch = response.get("Messages", [])
             if not batch:
                 empty_receives += 1
+                if total[0] >= expect and empty_receives >= 2:
+                    break
                 continue
             empty_receives = 0
             messages.extend(batch)
+            total[0] += len(batch)
             await sqs.delete_message_batch(
                 QueueUrl=queue_url,
                 Entries=[
