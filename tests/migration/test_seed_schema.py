@@ -58,6 +58,10 @@ INDEXES = {
             "(id) WHERE ((dispatched_at IS NULL) AND (cancelled_at IS NULL) AND "
             "(error_message IS NULL) AND (deleted_at IS NULL))"
         ),
+        # Not in the seed (migration 0003): the derived-status aggregate's index-only scan.
+        "batch_item_status_idx": (
+            "(batch_id, job_id) INCLUDE (dispatched_at, cancelled_at, error_message)"
+        ),
     },
     "code2wf": {
         "code2wf_pkey": "(id)",

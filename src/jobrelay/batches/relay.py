@@ -297,7 +297,7 @@ class Relay:
                 async with asyncio.timeout(self._config.send_timeout_s):
                     failed = await self._sender.send_batch(chunk)
             except Exception as exc:  # the whole call failed: every entry failed
-                reason = f"{type(exc).__name__}: {exc}"[:1000]
+                reason = f"{type(exc).__name__}: {exc}"[:400]
                 return {m.item_id: reason for m in chunk}
         elapsed = time.monotonic() - claimed_at
         for message in chunk:
@@ -344,7 +344,7 @@ class Relay:
                             "ids": [m.item_id for m, _ in final],
                             "attempts": [m.attempt for m, _ in final],
                             "errors": [
-                                f"dispatch failed after {m.attempt} attempts: {e}"[:2000]
+                                f"dispatch failed after {m.attempt} attempts: {e}"[:500]
                                 for m, e in final
                             ],
                             "actor": actor,

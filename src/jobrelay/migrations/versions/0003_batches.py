@@ -1,4 +1,4 @@
-"""Batch outbox: an index for the relay's claim of undispatched items.
+"""Batch outbox: indexes for the relay's claim and for the derived status aggregate.
 
 The relay claims items that are not dispatched, not cancelled, not failed and not deleted.
 Those are few next to the dispatched history, so a partial index on `id` (UUIDv7, creation
@@ -20,10 +20,18 @@ UPGRADE = r"""
 CREATE INDEX batch_item_due_idx ON batch_item (id)
     WHERE dispatched_at IS NULL AND cancelled_at IS NULL AND error_message IS NULL
       AND deleted_at IS NULL;
+
+-- The status aggregate reads one batch's items and children from these alone (index-only
+-- scans once the pages are all-visible), never the wide request/message columns.
+CREATE INDEX batch_item_status_idx ON batch_item (batch_id, job_id)
+    INCLUDE (dispatched_at, cancelled_at, error_message);
+CREATE INDEX page_import_batch_status_idx ON page_import (batch_id, id) INCLUDE (status);
+CREATE INDEX code2des_batch_status_idx ON code2des (batch_id, id) INCLUDE (status);
 """
 
 DOWNGRADE = r"""
-DROP INDEX batch_item_due_idx;
+DROP INDEX batch_item_due_idx, batch_item_status_idx, page_import_batch_status_idx,
+    code2des_batch_status_idx;
 """
 
 
