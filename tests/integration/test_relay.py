@@ -285,3 +285,23 @@ def test_chunks_respect_ten_entries_and_the_byte_limit() -> None:
     assert [len(c) for c in chunk_messages(small, byte_limit=1024)] == [10, 10, 5]
     big = [message(n, 400) for n in range(5)]
     assert [len(c) for c in chunk_messages(big, byte_limit=1024)] == [2, 2, 1]
+
+
+async def test_deleted_and_cancelled_batches_are_never_claimed(
+    api: ApiHarness, pool: AsyncConnectionPool[Connection]
+) -> None:
+    scope = await api.tenant("alice")
+    deleted = await create_batch(api, scope, page_items(3))
+    cancelled = await create_batch(api, scope, page_items(3))
+    assert (
+        await api.client.delete(f"/v1/batches/{deleted['id']}", headers=api.headers())
+    ).status_code == 204
+    assert (
+        await api.client.post(f"/v1/batches/{cancelled['id']}/cancel", headers=api.headers())
+    ).status_code == 200
+
+    class Refuse:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+            raise AssertionError("nothing may be sent")
+
+    assert (await Relay(pool=pool, sender=Refuse(), config=FAST).run_once()).claimed == 0
