@@ -7,13 +7,19 @@ object from here and never construct a pool or a client themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import prometheus_client
+import structlog
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
@@ -21,12 +27,17 @@ from jobrelay.auth.tenancy import Tenancy
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, ensure_resources
 from jobrelay.aws.emulator import EmulatorError, LocalEmulator, port_is_free
+from jobrelay.batches.creation import BatchLimits
+from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
+from jobrelay.batches.service import BatchService
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.generations.children import ChildService
+from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.service import JobsService
@@ -36,6 +47,7 @@ from jobrelay.settings import Settings
 from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
 from jobrelay.sqs_workers import WorkerStartupError
 from jobrelay.sqs_workers import serve as serve_sqs_worker
+from jobrelay.webhooks import WebhookVerifier
 
 __all__ = [
     "DatabaseReport",
@@ -56,6 +68,7 @@ __all__ = [
     "migrate_database",
     "prepare_aws",
     "require_free_port",
+    "run_relay",
     "run_sqs_worker",
     "worker_config",
 ]
@@ -75,6 +88,9 @@ class Services:
     jobs: JobsService
     tokens: TokenVerifier
     tenancy: Tenancy
+    batches: BatchService
+    children: ChildService
+    worker_webhooks: WorkerWebhooks
     local_issuer: LocalIssuer | None = None
 
     async def database_ready(self, timeout_s: float = 2.0) -> bool:
@@ -214,6 +230,9 @@ async def build_services(
             jobs=jobs_service(settings, pool),
             tokens=token_verifier(settings, issuer),
             tenancy=Tenancy(pool),
+            batches=BatchService(pool, batch_limits(settings)),
+            children=ChildService(pool),
+            worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
             local_issuer=issuer,
         )
     finally:
@@ -242,6 +261,75 @@ def worker_config(settings: Settings, *, concurrency: int | None = None) -> Work
         poll_interval_s=settings.worker_poll_interval_s,
         rescue_interval_s=settings.jobs_rescue_interval_s,
     )
+
+
+def batch_limits(settings: Settings) -> BatchLimits:
+    return BatchLimits(
+        max_items=settings.batch_max_items,
+        message_limit_bytes=settings.sqs_message_limit_bytes,
+    )
+
+
+def webhook_verifier(settings: Settings) -> WebhookVerifier:
+    """Verifies worker webhooks against every configured secret (rotation)."""
+    return WebhookVerifier([secret.get_secret_value() for secret in settings.webhook_secrets])
+
+
+def relay_config(settings: Settings) -> RelayConfig:
+    return RelayConfig(
+        lease_s=settings.relay_lease_s,
+        claim_size=settings.relay_claim_size,
+        workers=settings.relay_workers,
+        max_in_flight=settings.relay_max_in_flight,
+        poll_interval_s=settings.relay_poll_interval_s,
+        retry_delay_s=settings.relay_retry_delay_s,
+        message_limit_bytes=settings.sqs_message_limit_bytes,
+    )
+
+
+async def _queue_url(sqs: Any, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
+    """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
+    log = structlog.get_logger("jobrelay.relay")
+    while not stop.is_set():
+        try:
+            response = await sqs.get_queue_url(QueueName=queue_name)
+            return str(response["QueueUrl"])
+        except Exception as exc:
+            log.warning("relay.queue_unavailable", queue=queue_name, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=retry_s)
+    raise StartupError(f"stopped before the queue {queue_name} was reachable")
+
+
+async def run_relay(
+    settings: Settings, dsn: str, endpoint: AwsEndpoint, stop: asyncio.Event
+) -> None:
+    """Run one relay process until `stop` is set: pool, SQS client, metrics endpoint."""
+    config = relay_config(settings)
+    metrics = RelayMetrics()
+    if settings.relay_metrics_port:
+        prometheus_client.start_http_server(
+            settings.relay_metrics_port, addr=settings.api_host, registry=metrics.registry
+        )
+    pool = await open_pool(
+        dsn,
+        min_size=1,
+        max_size=max(2, config.workers + 2),
+        timeout_s=settings.db_connect_timeout_s,
+    )
+    client_kwargs = endpoint.client_kwargs()
+    client_kwargs["config"] = client_kwargs["config"].merge(
+        AioConfig(max_pool_connections=config.max_in_flight)
+    )
+    try:
+        async with get_session().create_client("sqs", **client_kwargs) as sqs:
+            queue_url = await _queue_url(sqs, settings.sqs_queue_name, stop, config.poll_interval_s)
+            relay = Relay(
+                pool=pool, sender=SqsSender(sqs, queue_url), config=config, metrics=metrics
+            )
+            await relay.run(stop)
+    finally:
+        await pool.close()
 
 
 def local_issuer(settings: Settings) -> LocalIssuer:

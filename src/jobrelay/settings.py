@@ -100,6 +100,15 @@ class Settings(BaseSettings):
     )
     sqs_worker_fetch_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
 
+    batch_max_items: int = Field(default=10_000, ge=1, description="Items per batch.")
+    relay_lease_s: float = Field(default=90.0, gt=0, description="Dispatch claim lease.")
+    relay_claim_size: int = Field(default=100, ge=1, le=10_000)
+    relay_workers: int = Field(default=4, ge=1, le=64)
+    relay_max_in_flight: int = Field(default=16, ge=1, le=256)
+    relay_poll_interval_s: float = Field(default=1.0, gt=0)
+    relay_retry_delay_s: float = Field(default=2.0, ge=0)
+    relay_metrics_port: int = Field(default=0, ge=0, le=65535, description="0: no endpoint.")
+
     diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
     jobs_payload_limit_bytes: int = Field(
         default=256 * 1024, ge=1, description="Largest job payload, in UTF-8 bytes of JSON."

@@ -14,32 +14,62 @@ import psycopg
 import pytest
 
 from jobrelay.auth.local_issuer import LocalIssuer
+from jobrelay.auth.tenancy import ProjectScope
 from jobrelay.aws.emulator import free_port
+from tests.batch_support import create_batch, page_items
 from tests.harness import ApiHarness, cli_env, jobrelay_command, wait_until
 
 # Routes anyone may call. Everything else needs a bearer token.
 PUBLIC = {"/healthz", "/readyz", "/dev/local-issuer/jwks.json", "/v1/webhooks/worker"}
+# (The worker webhook is authenticated by its Standard Webhooks signature instead.)
 
 # Routes not scoped to an organization: the caller itself, and admin-only jobs endpoints.
 NOT_TENANT_SCOPED = re.compile(r"^/v1/(me|jobs.*|media/.*)$")
 
-# How to make a resource in another organization for each path parameter; a new route with
-# a new parameter must add its factory here, so no endpoint escapes the 404 check.
-ResourceFactory = Callable[[ApiHarness, int], Awaitable[str]]
+# How to make a resource in another organization for each path parameter (optionally per
+# path); a new route with a new parameter must add its factory here, so no endpoint escapes
+# the 404 check.
+ResourceFactory = Callable[[ApiHarness, ProjectScope], Awaitable[str]]
 
 
-async def _foreign_project(api: ApiHarness, project_id: int) -> str:
-    return str(project_id)
+async def _foreign_project(api: ApiHarness, theirs: ProjectScope) -> str:
+    return str(theirs.project_id)
 
 
-async def _any_job(api: ApiHarness, project_id: int) -> str:
+async def _any_job(api: ApiHarness, theirs: ProjectScope) -> str:
     return str(uuid.uuid4())  # jobs are not tenant resources: admin role, checked as 401/403
+
+
+async def _foreign_batch(api: ApiHarness, theirs: ProjectScope) -> str:
+    return str((await create_batch(api, theirs, page_items(1), sub="eve"))["id"])
+
+
+async def _foreign_child(kind: str, api: ApiHarness, theirs: ProjectScope) -> str:
+    items = page_items(1) if kind == "page_import" else [{"html": "<p>x</p>"}]
+    batch = await create_batch(api, theirs, items, batch_type=kind, sub="eve")
+    listed = await api.client.get(f"/v1/batches/{batch['id']}/items", headers=api.headers("eve"))
+    return str(listed.json()["items"][0]["jobId"])
+
+
+async def _foreign_page_import(api: ApiHarness, theirs: ProjectScope) -> str:
+    return await _foreign_child("page_import", api, theirs)
+
+
+async def _foreign_code2des(api: ApiHarness, theirs: ProjectScope) -> str:
+    return await _foreign_child("code2des", api, theirs)
 
 
 RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "projectId": _foreign_project,
     "job_id": _any_job,
+    "batchId": _foreign_batch,
+    "/v1/page-imports/{id}:id": _foreign_page_import,
+    "/v1/code2des/{id}:id": _foreign_code2des,
 }
+
+
+def _factory(path: str, param: str) -> ResourceFactory | None:
+    return RESOURCE_FACTORIES.get(f"{path}:{param}") or RESOURCE_FACTORIES.get(param)
 
 
 def _operations(openapi: dict[str, object]) -> Iterator[tuple[str, str]]:
@@ -59,9 +89,13 @@ async def test_every_route_needs_a_token_and_hides_other_organizations(api: ApiH
         if path in PUBLIC:
             continue
         params = re.findall(r"{(\w+)}", path)
-        missing = [p for p in params if p not in RESOURCE_FACTORIES]
+        missing = [p for p in params if _factory(path, p) is None]
         assert not missing, f"{method} {path}: add a factory for {missing} to RESOURCE_FACTORIES"
-        values = {p: await RESOURCE_FACTORIES[p](api, theirs.project_id) for p in params}
+        values = {}
+        for param in params:
+            factory = _factory(path, param)
+            assert factory is not None
+            values[param] = await factory(api, theirs)
         url = path.format(**values)
         anonymous = await api.client.request(method, url, json={})
         assert anonymous.status_code == 401, f"{method} {path} without a token"

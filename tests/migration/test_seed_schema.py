@@ -53,6 +53,15 @@ INDEXES = {
         "batch_item_pkey": "(id)",
         "batch_item_batch_idx": '(batch_id, "position")',
         "batch_item_dispatch_idx": "(dispatched_at, lease_until)",
+        # Not in the seed (migration 0003): the relay's claim reads only undispatched items.
+        "batch_item_due_idx": (
+            "(id) WHERE ((dispatched_at IS NULL) AND (cancelled_at IS NULL) AND "
+            "(error_message IS NULL) AND (deleted_at IS NULL))"
+        ),
+        # Not in the seed (migration 0003): the derived-status aggregate's index-only scan.
+        "batch_item_status_idx": (
+            "(batch_id, job_id) INCLUDE (dispatched_at, cancelled_at, error_message)"
+        ),
     },
     "code2wf": {
         "code2wf_pkey": "(id)",

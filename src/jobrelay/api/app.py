@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import dev, health, jobs, tenancy
+from jobrelay.api.routes import batches, children, dev, health, jobs, tenancy, webhooks
 from jobrelay.bootstrap import Services
 
 
@@ -25,6 +25,9 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(health.router)
     app.include_router(tenancy.router)
     app.include_router(jobs.router)
+    app.include_router(batches.router)
+    app.include_router(children.router)
+    app.include_router(webhooks.router)
     if services.local_issuer is not None:
         app.include_router(dev.router)
     return app

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, demo, jobs, ops, sqs_worker, stack
+from jobrelay.cli.commands import admin, database, demo, jobs, ops, relay, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ stack.register(app)
 admin.register(app)
 ops.register(app)
 demo.register(app)
+relay.register(app)
 
 _stderr = Console(stderr=True, soft_wrap=True)
 

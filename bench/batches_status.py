@@ -1,0 +1,72 @@
+"""Status of a 100,000-item batch: the SQL aggregate behind `GET /v1/batches/{id}`, with a
+mix of queued, running, completed, failed and cancelled items (target: under 50 ms).
+
+    .venv/bin/python -m bench.batches_status
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bench.batches_common import environment, summary, timed
+from jobrelay.batches.creation import BatchLimits
+from jobrelay.batches.service import _SQL, BatchService, batch_counts
+
+
+async def main() -> None:
+    async with environment() as env:
+        service = BatchService(
+            env.pool, BatchLimits(max_items=100_000, message_limit_bytes=262_144)
+        )
+        view = await service.create(
+            organization_id=env.organization_id,
+            project_id=env.project_id,
+            batch_type="page_import",
+            items=[{"url": f"https://example.com/page/{i}"} for i in range(100_000)],
+            actor="bench",
+        )
+        async with env.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE batch_item SET dispatched_at = now(), dispatch_attempts = 1 "
+                "WHERE batch_id = %s AND position %% 10 <> 0",
+                (view.id,),
+            )
+            await conn.execute(
+                "UPDATE page_import SET status = CASE WHEN random() < 0.6 THEN '1' "
+                "WHEN random() < 0.1 THEN '2' ELSE status END WHERE batch_id = %s",
+                (view.id,),
+            )
+            await conn.execute("VACUUM ANALYZE batch_item")
+            await conn.execute("VACUUM ANALYZE page_import")
+
+        async def status() -> object:
+            return await service.get(view.id)
+
+        await status()
+        result = await service.get(view.id)
+        print(f"counts: {result.counts}")
+        print(f"GET status (service, 3 statements): {summary(await timed(status, 20))}")
+
+        async def aggregate() -> object:
+            async with env.pool.connection() as conn:
+                return await batch_counts(conn, view.id)
+
+        print(f"SQL aggregate alone: {summary(await timed(aggregate, 20))}")
+
+        async def serial() -> object:
+            async with env.pool.connection() as conn, conn.transaction():
+                await conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+                return await batch_counts(conn, view.id)
+
+        print(f"SQL aggregate, no parallel workers: {summary(await timed(serial, 20))}")
+        async with env.pool.connection() as conn:
+            plan = await (
+                await conn.execute(
+                    "EXPLAIN (ANALYZE, COSTS OFF) " + _SQL.batch_counts, {"batch_id": view.id}
+                )
+            ).fetchall()
+        print("\n".join(str(r["QUERY PLAN"]) for r in plan))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,70 @@
+"""Child jobs reached by their own id: Page Import and Code2Des."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from jobrelay.api.deps import CallerDep, ServicesDep
+from jobrelay.api.schemas import ApiModel
+from jobrelay.bootstrap import Services
+from jobrelay.domain.errors import NotFound
+from jobrelay.protocol import ChildKind
+
+router = APIRouter(prefix="/v1", tags=["children"])
+
+ChildId = Annotated[str, Path(alias="id", min_length=1, max_length=255)]
+
+
+class Child(ApiModel):
+    id: str
+    organization_id: int
+    project_id: int
+    batch_id: str | None
+    request: dict[str, Any]
+    status: str
+    result_url: str | None
+    error_message: str | None
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+
+
+class PageImport(Child):
+    manifest_hash: str | None
+
+
+class Code2Des(Child):
+    pass
+
+
+async def _visible(services: Services, caller_sub: str, kind: ChildKind, child_id: str) -> Any:
+    row = await services.children.get(kind, child_id)
+    if not await services.tenancy.is_member(caller_sub, int(row["organization_id"])):
+        raise NotFound(f"{kind} not found")
+    return row
+
+
+@router.get(
+    "/page-imports/{id}",
+    response_model=PageImport,
+    response_model_by_alias=True,
+    summary="A Page Import: status '0' processing, '1' completed, '2' failed, '3' cancelled",
+    responses={404: {"description": "No such Page Import, or not visible to the caller"}},
+)
+async def get_page_import(child_id: ChildId, caller: CallerDep, services: ServicesDep) -> Any:
+    return PageImport.model_validate(await _visible(services, caller.sub, "page_import", child_id))
+
+
+@router.get(
+    "/code2des/{id}",
+    response_model=Code2Des,
+    response_model_by_alias=True,
+    summary="A Code2Des: status '0' processing, '1' completed, '2' failed, '3' cancelled",
+    responses={404: {"description": "No such Code2Des, or not visible to the caller"}},
+)
+async def get_code2des(child_id: ChildId, caller: CallerDep, services: ServicesDep) -> Any:
+    return Code2Des.model_validate(await _visible(services, caller.sub, "code2des", child_id))

@@ -1,0 +1,33 @@
+-- Soft delete: the batch, its items and its children disappear from the API; the relay no
+-- longer claims the items (its claim skips deleted rows).
+WITH b AS (
+    UPDATE batch
+    SET deleted_at = clock_timestamp(),
+        deleted_by = %(actor)s,
+        updated_by = %(actor)s
+    WHERE id = %(batch_id)s
+      AND deleted_at IS NULL
+    RETURNING id
+), items AS (
+    UPDATE batch_item
+    SET deleted_at = clock_timestamp(),
+        deleted_by = %(actor)s,
+        updated_by = %(actor)s
+    WHERE batch_id IN (SELECT id FROM b)
+      AND deleted_at IS NULL
+), pi AS (
+    UPDATE page_import
+    SET deleted_at = clock_timestamp(),
+        deleted_by = %(actor)s,
+        updated_by = %(actor)s
+    WHERE batch_id IN (SELECT id FROM b)
+      AND deleted_at IS NULL
+), cd AS (
+    UPDATE code2des
+    SET deleted_at = clock_timestamp(),
+        deleted_by = %(actor)s,
+        updated_by = %(actor)s
+    WHERE batch_id IN (SELECT id FROM b)
+      AND deleted_at IS NULL
+)
+SELECT count(*) AS deleted FROM b

@@ -1,0 +1,1 @@
+LISTEN jobrelay_batch_items

@@ -1,0 +1,227 @@
+"""Batches over the pool: create, read with derived status, list items, cancel, soft delete.
+
+Scope checks are the caller's job (the API checks membership of the batch's organization
+before acting); everything here works on a batch id that may be shown to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.batches.creation import BatchLimits, insert_batch, prepare_batch
+from jobrelay.db.pool import Connection, transaction
+from jobrelay.db.sql import Queries
+from jobrelay.domain.batch_status import (
+    BatchCounts,
+    BatchStatus,
+    ChildStatus,
+    ItemState,
+    batch_status,
+    item_state,
+)
+from jobrelay.domain.errors import Conflict, NotFound
+
+_SQL = Queries("jobrelay.batches")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    id: str
+    organization_id: int
+    project_id: int
+    type: str
+    status: BatchStatus
+    counts: BatchCounts
+    cancelled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemView:
+    id: str
+    position: int
+    job_id: str
+    state: ItemState
+    dispatch_attempts: int
+    dispatched_at: datetime | None
+    cancelled_at: datetime | None
+    error_message: str | None
+    result_url: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    items: list[ItemView]
+    next_after: int | None
+
+
+async def retry_on_deadlock(work: Callable[[], Awaitable[T]], *, attempts: int = 5) -> T:
+    """Run `work` (one whole transaction) again when PostgreSQL broke a deadlock with it.
+
+    Cancel, the relay's terminal failures and webhooks lock items and children in different
+    orders; the server detects the rare cycle and aborts one side, which simply retries.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return await work()
+        except pg_errors.DeadlockDetected:
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
+
+
+async def batch_counts(conn: Connection, batch_id: str) -> BatchCounts:
+    """The derived counts of one batch, from the SQL aggregate."""
+    row = await (await conn.execute(_SQL.batch_counts, {"batch_id": batch_id})).fetchone()
+    assert row is not None
+    return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
+
+
+def _view(row: dict[str, Any], counts: BatchCounts) -> BatchView:
+    cancelled = row["cancelled_at"] is not None
+    return BatchView(
+        id=str(row["id"]),
+        organization_id=int(row["organization_id"]),
+        project_id=int(row["project_id"]),
+        type=str(row["type"]),
+        status=batch_status(cancelled=cancelled, counts=counts),
+        counts=counts,
+        cancelled_at=row["cancelled_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        created_by=str(row["created_by"]),
+        updated_by=str(row["updated_by"]),
+    )
+
+
+class BatchService:
+    def __init__(self, pool: AsyncConnectionPool[Connection], limits: BatchLimits) -> None:
+        self._pool = pool
+        self._limits = limits
+
+    async def create(
+        self,
+        *,
+        organization_id: int,
+        project_id: int,
+        batch_type: str,
+        items: Sequence[Any],
+        actor: str,
+    ) -> BatchView:
+        """Validate (nothing is written on `InvalidInput`), then store in one transaction."""
+        prepared = prepare_batch(
+            batch_type=batch_type,
+            items=items,
+            organization_id=organization_id,
+            project_id=project_id,
+            limits=self._limits,
+        )
+        async with transaction(self._pool) as conn:
+            row = await insert_batch(conn, prepared, actor=actor)
+        counts = BatchCounts(total=len(prepared.items), queued=len(prepared.items))
+        return _view(row, counts)
+
+    async def owner(self, batch_id: str) -> int:
+        """The organization of a visible (not deleted) batch, or `NotFound`."""
+        async with self._pool.connection() as conn:
+            row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
+        if row is None:
+            raise NotFound("batch not found")
+        return int(str(row["organization_id"]))
+
+    async def get(self, batch_id: str) -> BatchView:
+        # One snapshot for the row and its counts.
+        async with transaction(self._pool) as conn:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
+            if row is None:
+                raise NotFound("batch not found")
+            counts = await batch_counts(conn, batch_id)
+        return _view(row, counts)
+
+    async def items(self, batch_id: str, *, after: int, limit: int) -> ItemPage:
+        """Items with `position > after` in input order; `next_after` is None on the last page."""
+        async with transaction(self._pool) as conn:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            exists = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
+            if exists is None:
+                raise NotFound("batch not found")
+            rows = await (
+                await conn.execute(
+                    _SQL.list_items, {"batch_id": batch_id, "after": after, "limit": limit + 1}
+                )
+            ).fetchall()
+        views = [
+            ItemView(
+                id=str(r["id"]),
+                position=int(str(r["position"])),
+                job_id=str(r["job_id"]),
+                state=item_state(
+                    child_status=ChildStatus(str(r["child_status"])),
+                    dispatched=r["dispatched_at"] is not None,
+                    dispatch_failed=r["dispatch_error"] is not None,
+                    cancelled=r["cancelled_at"] is not None,
+                ),
+                dispatch_attempts=int(str(r["dispatch_attempts"])),
+                dispatched_at=r["dispatched_at"],  # type: ignore[arg-type]
+                cancelled_at=r["cancelled_at"],  # type: ignore[arg-type]
+                error_message=(r["child_error"] or r["dispatch_error"]),  # type: ignore[arg-type]
+                result_url=r["result_url"],  # type: ignore[arg-type]
+            )
+            for r in rows[:limit]
+        ]
+        next_after = views[-1].position if len(rows) > limit else None
+        return ItemPage(items=views, next_after=next_after)
+
+    async def cancel(self, batch_id: str, *, actor: str) -> BatchView:
+        """Cancel a processing batch in one transaction: the batch, every non-terminal item
+        and child. Items not yet sent are never sent (the relay's claim skips them); sends
+        already in flight end cancelled. Cancelling again answers the cancelled batch; a
+        batch that already finished is a `Conflict`."""
+
+        async def work() -> BatchView:
+            async with transaction(self._pool) as conn:
+                row = await (await conn.execute(_SQL.lock_batch, {"batch_id": batch_id})).fetchone()
+                if row is None:
+                    raise NotFound("batch not found")
+                counts = await batch_counts(conn, batch_id)
+                current = _view(row, counts)
+                if current.status is BatchStatus.CANCELLED:
+                    return current
+                if current.status is not BatchStatus.PROCESSING:
+                    raise Conflict(f"the batch already ended with status {current.status.value}")
+                params = {"batch_id": batch_id, "actor": actor}
+                await conn.execute(_SQL.cancel_batch, params)
+                await conn.execute(_SQL.cancel_items, params)
+                row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
+                assert row is not None
+                return _view(row, await batch_counts(conn, batch_id))
+
+        return await retry_on_deadlock(work)
+
+    async def delete(self, batch_id: str, *, actor: str) -> None:
+        """Soft delete: cancel what has not ended (so every child reaches an end state), then
+        hide the batch, its items and its children. The relay never claims them again."""
+
+        async def work() -> None:
+            async with transaction(self._pool) as conn:
+                row = await (await conn.execute(_SQL.lock_batch, {"batch_id": batch_id})).fetchone()
+                if row is None:
+                    raise NotFound("batch not found")
+                params = {"batch_id": batch_id, "actor": actor}
+                await conn.execute(_SQL.cancel_items, params)
+                await conn.execute(_SQL.delete_batch, params)
+
+        await retry_on_deadlock(work)

@@ -1,0 +1,1 @@
+SELECT status FROM code2des WHERE id = %(id)s

@@ -1,0 +1,1 @@
+SELECT status FROM page_import WHERE id = %(id)s

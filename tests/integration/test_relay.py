@@ -1,0 +1,307 @@
+"""The relay in-process against real PostgreSQL and the SQS emulator: sends, records,
+per-entry failures, SQS unavailable and back, the sweep, cancel while it runs (issue 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.aws.clients import AwsEndpoint, sqs_client
+from jobrelay.aws.emulator import free_port
+from jobrelay.batches.relay import (
+    LEASE_EXPIRED_ERROR,
+    MessageSender,
+    OutgoingMessage,
+    Relay,
+    RelayConfig,
+    SqsSender,
+    chunk_messages,
+)
+from jobrelay.db.pool import Connection
+from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
+from tests.harness import ApiHarness, AwsTestResources
+
+FAST = RelayConfig(lease_s=30, claim_size=50, retry_delay_s=0, poll_interval_s=0.05)
+
+
+def _items(dsn: str, batch_id: str) -> list[dict[str, Any]]:
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        return conn.execute(
+            "SELECT bi.*, bi.message::text AS body, p.status, p.error_message AS child_error "
+            "FROM batch_item bi JOIN page_import p ON p.id = bi.job_id "
+            "WHERE bi.batch_id = %s ORDER BY position",
+            (batch_id,),
+        ).fetchall()
+
+
+async def _status(api: ApiHarness, batch_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = (
+        await api.client.get(f"/v1/batches/{batch_id}", headers=api.headers())
+    ).json()
+    return body
+
+
+class Flaky:
+    """Injected per-entry failures: entries whose child is in `reject` fail, others go to SQS."""
+
+    def __init__(self, inner: MessageSender, reject: set[str]) -> None:
+        self.inner = inner
+        self.reject = reject
+        self.calls: list[int] = []
+
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+        self.calls.append(len(messages))
+        keep = [m for m in messages if m.child_id not in self.reject]
+        failed = await self.inner.send_batch(keep) if keep else {}
+        failed.update(
+            {m.item_id: "InjectedFailure: no" for m in messages if m.child_id in self.reject}
+        )
+        return failed
+
+
+async def test_a_pass_sends_stored_bodies_and_records_them(
+    api: ApiHarness,
+    db_dsn: str,
+    pool: AsyncConnectionPool[Connection],
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+) -> None:
+    scope = await api.tenant("alice")
+    batch = await create_batch(api, scope, page_items(25))
+    queue = aws_resources.queues.work
+    async with sqs_client(aws) as sqs:
+        sender = Flaky(SqsSender(sqs, queue), reject=set())
+        result = await Relay(pool=pool, sender=sender, config=FAST).run_once()
+    assert (result.claimed, result.sent) == (25, 25)
+    assert sorted(sender.calls) == [5, 10, 10]
+    rows = _items(db_dsn, batch["id"])
+    assert all(r["dispatched_at"] and r["dispatch_attempts"] == 1 for r in rows)
+    assert {r["updated_by"] for r in rows} == {"relay"}
+    messages = await drain(aws, queue)
+    by_child = {r["job_id"]: r for r in rows}
+    assert len(messages) == 25
+    for message in messages:
+        body = json.loads(message["Body"])
+        row = by_child[body["page_import_id"]]
+        assert message["Body"] == row["body"]
+        assert body == row["message"]
+        assert message["MessageAttributes"]["dispatch_attempt"]["StringValue"] == "1"
+    status = await _status(api, batch["id"])
+    assert (status["status"], status["counts"]["running"]) == ("0", 25)
+
+
+async def test_per_entry_failures_retry_then_fail_the_child_on_the_third(
+    api: ApiHarness,
+    db_dsn: str,
+    pool: AsyncConnectionPool[Connection],
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+) -> None:
+    scope = await api.tenant("alice")
+    batch = await create_batch(api, scope, page_items(4))
+    rows = _items(db_dsn, batch["id"])
+    doomed = rows[1]["job_id"]
+    async with sqs_client(aws) as sqs:
+        sender = Flaky(SqsSender(sqs, aws_resources.queues.work), reject={doomed})
+        relay = Relay(pool=pool, sender=sender, config=FAST)
+        first = await relay.run_once()
+        assert (first.sent, first.retried) == (3, 1)
+        await relay.run_once()
+        third = await relay.run_once()
+        assert third.failed == 1
+        assert (await relay.run_once()).claimed == 0
+    rows = {r["job_id"]: r for r in _items(db_dsn, batch["id"])}
+    failed = rows[doomed]
+    assert failed["dispatch_attempts"] == 3
+    assert failed["dispatched_at"] is None
+    assert "InjectedFailure" in failed["error_message"]
+    assert failed["status"] == "2"
+    assert failed["child_error"] == failed["error_message"]
+    assert relay.metrics.failed_attempts._value.get() == 3
+    for child in rows:
+        if child != doomed:
+            await post_webhook(api.client, outcome(child))
+    status = await _status(api, batch["id"])
+    assert status["status"] == "2"
+    assert status["counts"] == {
+        "total": 4, "queued": 0, "running": 0, "completed": 3, "failed": 1, "cancelled": 0,
+    }  # fmt: skip
+
+
+async def test_sqs_unavailable_counts_attempts_and_recovery_sends_the_rest(
+    api: ApiHarness,
+    db_dsn: str,
+    pool: AsyncConnectionPool[Connection],
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+) -> None:
+    queue = aws_resources.queues.work
+    nowhere = AwsEndpoint(region="us-east-1", endpoint_url=f"http://127.0.0.1:{free_port()}")
+    scope = await api.tenant("alice")
+    lost = await create_batch(api, scope, page_items(3))
+    kwargs = nowhere.client_kwargs()
+    kwargs["config"] = kwargs["config"].merge(AioConfig(retries={"max_attempts": 1}))
+    async with get_session().create_client("sqs", **kwargs) as down:
+        relay_down = Relay(pool=pool, sender=SqsSender(down, queue), config=FAST)
+        for attempt in (1, 2, 3):
+            result = await relay_down.run_once()
+            assert result.claimed == 3
+            assert [r["dispatch_attempts"] for r in _items(db_dsn, lost["id"])] == [attempt] * 3
+        rows = _items(db_dsn, lost["id"])
+        assert all(r["status"] == "2" and r["error_message"] for r in rows)
+        assert "EndpointConnectionError" in rows[0]["error_message"]
+        assert (await _status(api, lost["id"]))["status"] == "2"
+
+        kept = await create_batch(api, scope, page_items(3, start=10))
+        assert (await relay_down.run_once()).retried == 3
+    async with sqs_client(aws) as up:  # SQS is back
+        result = await Relay(pool=pool, sender=SqsSender(up, queue), config=FAST).run_once()
+    assert result.sent == 3
+    rows = _items(db_dsn, kept["id"])
+    assert [r["dispatch_attempts"] for r in rows] == [2, 2, 2]
+    assert all(r["dispatched_at"] for r in rows)
+    messages = await drain(aws, queue)
+    assert sorted(json.loads(m["Body"])["page_import_id"] for m in messages) == sorted(
+        r["job_id"] for r in rows
+    )
+    for child in (r["job_id"] for r in rows):
+        await post_webhook(api.client, outcome(child))
+    assert (await _status(api, kept["id"]))["status"] == "1"
+    assert (await _status(api, lost["id"]))["status"] == "2"
+
+
+async def test_the_sweep_fails_an_expired_last_claim_and_stale_records_are_ignored(
+    api: ApiHarness, db_dsn: str, pool: AsyncConnectionPool[Connection]
+) -> None:
+    scope = await api.tenant("alice")
+    batch = await create_batch(api, scope, page_items(2))
+    [a, b] = _items(db_dsn, batch["id"])
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        # a: third claim expired; b: second claim expired (still due).
+        conn.execute(
+            "UPDATE batch_item SET dispatch_attempts = 3, lease_until = now() - interval '1 s' "
+            "WHERE id = %s",
+            (a["id"],),
+        )
+        conn.execute(
+            "UPDATE batch_item SET dispatch_attempts = 2, lease_until = now() - interval '1 s' "
+            "WHERE id = %s",
+            (b["id"],),
+        )
+
+    class Nothing:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+            return {}
+
+    relay = Relay(pool=pool, sender=Nothing(), config=FAST)
+    assert await relay.sweep() == 1
+    [a, b] = _items(db_dsn, batch["id"])
+    assert a["error_message"] == LEASE_EXPIRED_ERROR
+    assert a["status"] == "2"
+    assert b["error_message"] is None and b["status"] == "0"
+    # A relay still holding attempt 2 of b after another claimed attempt 3 records nothing.
+    claimed = await relay._claim()
+    assert [(m.item_id, m.attempt) for m in claimed] == [(b["id"], 3)]
+    stale = OutgoingMessage(item_id=b["id"], child_id=b["job_id"], attempt=2, body="{}")
+    await relay._record([stale], [], [])
+    assert _items(db_dsn, batch["id"])[1]["dispatched_at"] is None
+    await relay._record(claimed, [], [])
+    assert _items(db_dsn, batch["id"])[1]["dispatched_at"] is not None
+
+
+async def test_cancel_while_the_relay_runs(
+    api: ApiHarness,
+    db_dsn: str,
+    pool: AsyncConnectionPool[Connection],
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+) -> None:
+    queue = aws_resources.queues.work
+    scope = await api.tenant("alice")
+    batch = await create_batch(api, scope, page_items(600))
+
+    class Slow:
+        def __init__(self, inner: MessageSender) -> None:
+            self.inner = inner
+            self.sent = 0
+            self.underway = asyncio.Event()
+
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+            await asyncio.sleep(0.02)  # injected latency keeps sends in flight
+            failed = await self.inner.send_batch(messages)
+            self.sent += len(messages) - len(failed)
+            if self.sent >= 50:
+                self.underway.set()
+            return failed
+
+    stop = asyncio.Event()
+    async with sqs_client(aws) as sqs:
+        sender = Slow(SqsSender(sqs, queue))
+        relay = Relay(
+            pool=pool,
+            sender=sender,
+            config=RelayConfig(claim_size=20, workers=2, max_in_flight=4, poll_interval_s=0.05),
+        )
+        running = asyncio.create_task(relay.run(stop))
+        await asyncio.wait_for(sender.underway.wait(), timeout=30)
+        response = await api.client.post(f"/v1/batches/{batch['id']}/cancel", headers=api.headers())
+        assert response.status_code == 200
+        with psycopg.connect(db_dsn) as conn:
+            claimed_before_cancel = {
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT job_id FROM batch_item WHERE batch_id = %s AND dispatch_attempts > 0",
+                    (batch["id"],),
+                )
+            }
+        stop.set()
+        await running
+    sent = {json.loads(m["Body"])["page_import_id"] for m in await drain(aws, queue)}
+    assert 50 <= len(sent) < 600
+    assert sent <= claimed_before_cancel, "an item claimed after the cancel was sent"
+    status = await _status(api, batch["id"])
+    assert status["status"] == "3"
+    assert status["counts"]["cancelled"] == 600
+    late = sorted(sent)[0]
+    response = await post_webhook(api.client, outcome(late))
+    assert response.status_code == 200
+    assert response.json()["status"] == "3"
+    assert (await _status(api, batch["id"]))["counts"]["cancelled"] == 600
+
+
+def test_chunks_respect_ten_entries_and_the_byte_limit() -> None:
+    def message(n: int, size: int) -> OutgoingMessage:
+        return OutgoingMessage(item_id=str(n), child_id=str(n), attempt=1, body="x" * size)
+
+    small = [message(n, 10) for n in range(25)]
+    assert [len(c) for c in chunk_messages(small, byte_limit=1024)] == [10, 10, 5]
+    big = [message(n, 400) for n in range(5)]
+    assert [len(c) for c in chunk_messages(big, byte_limit=1024)] == [2, 2, 1]
+
+
+async def test_deleted_and_cancelled_batches_are_never_claimed(
+    api: ApiHarness, pool: AsyncConnectionPool[Connection]
+) -> None:
+    scope = await api.tenant("alice")
+    deleted = await create_batch(api, scope, page_items(3))
+    cancelled = await create_batch(api, scope, page_items(3))
+    assert (
+        await api.client.delete(f"/v1/batches/{deleted['id']}", headers=api.headers())
+    ).status_code == 204
+    assert (
+        await api.client.post(f"/v1/batches/{cancelled['id']}/cancel", headers=api.headers())
+    ).status_code == 200
+
+    class Refuse:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+            raise AssertionError("nothing may be sent")
+
+    assert (await Relay(pool=pool, sender=Refuse(), config=FAST).run_once()).claimed == 0
