@@ -20,12 +20,19 @@ import prometheus_client
 import structlog
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from botocore.exceptions import ClientError
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
-from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, ensure_resources
+from jobrelay.aws.clients import (
+    AwsEndpoint,
+    QueueSender,
+    endpoint_reachable,
+    ensure_resources,
+    s3_client,
+)
 from jobrelay.aws.emulator import EmulatorError, LocalEmulator, port_is_free
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
@@ -35,8 +42,10 @@ from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
-from jobrelay.domain.errors import JobrelayError
+from jobrelay.domain.errors import JobrelayError, NotFound
 from jobrelay.generations.children import ChildService
+from jobrelay.generations.code2wf import Code2WfService
+from jobrelay.generations.code2wf_dispatch import job_type as code2wf_dispatch_type
 from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.registry import Registry
@@ -91,7 +100,20 @@ class Services:
     batches: BatchService
     children: ChildService
     worker_webhooks: WorkerWebhooks
+    code2wf: Code2WfService
     local_issuer: LocalIssuer | None = None
+
+    async def read_result(self, key: str) -> bytes:
+        """A stored worker result (or failure artifact) from the results bucket."""
+        try:
+            async with s3_client(self.aws) as s3:
+                response = await s3.get_object(Bucket=self.settings.s3_bucket, Key=key)
+                body: bytes = await response["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise NotFound("the stored result is gone") from exc
+            raise
+        return body
 
     async def database_ready(self, timeout_s: float = 2.0) -> bool:
         """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
@@ -222,17 +244,21 @@ async def build_services(
         timeout_s=settings.db_connect_timeout_s,
     )
     issuer = local_issuer(settings) if settings.auth_mode == "local" else None
+    aws = endpoint or aws_endpoint(settings)
+    jobs = jobs_service(settings, pool, aws)
+    tenancy = Tenancy(pool)
     try:
         yield Services(
             settings=settings,
             pool=pool,
-            aws=endpoint or aws_endpoint(settings),
-            jobs=jobs_service(settings, pool),
+            aws=aws,
+            jobs=jobs,
             tokens=token_verifier(settings, issuer),
-            tenancy=Tenancy(pool),
+            tenancy=tenancy,
             batches=BatchService(pool, batch_limits(settings)),
             children=ChildService(pool),
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
+            code2wf=Code2WfService(pool, jobs, tenancy),
             local_issuer=issuer,
         )
     finally:
@@ -244,8 +270,14 @@ def jobs_registry(settings: Settings) -> Registry:
     return build_registry(diag_enabled=settings.diag_jobs_enabled)
 
 
-def jobs_service(settings: Settings, pool: AsyncConnectionPool[Connection]) -> JobsService:
-    registry = jobs_registry(settings)
+def jobs_service(
+    settings: Settings, pool: AsyncConnectionPool[Connection], endpoint: AwsEndpoint | None = None
+) -> JobsService:
+    """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
+    dispatch = None
+    if endpoint is not None:
+        dispatch = code2wf_dispatch_type(pool, QueueSender(endpoint, settings.sqs_queue_name))
+    registry = build_registry(diag_enabled=settings.diag_jobs_enabled, code2wf_dispatch=dispatch)
     return JobsService(
         pool=pool,
         registry=registry,

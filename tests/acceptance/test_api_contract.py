@@ -59,7 +59,24 @@ async def _foreign_code2des(api: ApiHarness, theirs: ProjectScope) -> str:
     return await _foreign_child("code2des", api, theirs)
 
 
+async def _foreign_code2wf(api: ApiHarness, theirs: ProjectScope) -> str:
+    page_import_id = await _foreign_page_import(api, theirs)
+    async with api.services.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE page_import SET status = '1', result_url = 'k' WHERE id = %s",
+            (page_import_id,),
+        )
+    created = await api.client.post(
+        f"/v1/projects/{theirs.project_id}/code2wf",
+        json={"pageImportId": page_import_id, "figmaFileKey": "F", "screenId": "s"},
+        headers=api.headers("eve"),
+    )
+    assert created.status_code == 201, created.text
+    return str(created.json()["code2wfId"])
+
+
 RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
+    "code2wfId": _foreign_code2wf,
     "projectId": _foreign_project,
     "job_id": _any_job,
     "batchId": _foreign_batch,

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import batches, children, dev, health, jobs, tenancy, webhooks
+from jobrelay.api.routes import batches, children, code2wf, dev, health, jobs, tenancy, webhooks
 from jobrelay.bootstrap import Services
 
 
@@ -28,6 +28,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(batches.router)
     app.include_router(children.router)
     app.include_router(webhooks.router)
+    app.include_router(code2wf.router)
     if services.local_issuer is not None:
         app.include_router(dev.router)
     return app

@@ -89,3 +89,19 @@ async def endpoint_reachable(endpoint: AwsEndpoint) -> bool:
     except Exception:
         return False
     return True
+
+
+class QueueSender:
+    """Sends single messages to one queue (its URL looked up once)."""
+
+    def __init__(self, endpoint: AwsEndpoint, queue_name: str) -> None:
+        self._endpoint = endpoint
+        self._queue_name = queue_name
+        self._queue_url: str | None = None
+
+    async def __call__(self, body: str) -> str:
+        async with sqs_client(self._endpoint) as sqs:
+            if self._queue_url is None:
+                self._queue_url = (await sqs.get_queue_url(QueueName=self._queue_name))["QueueUrl"]
+            response = await sqs.send_message(QueueUrl=self._queue_url, MessageBody=body)
+        return str(response["MessageId"])

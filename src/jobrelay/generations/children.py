@@ -37,6 +37,7 @@ class OutcomeResult:
     status: ChildStatus
     changed: bool
     conflict: bool = False
+    detail: str | None = None  # why it conflicts, when "already ended" is not the reason
 
 
 class ChildLifecycle(Protocol):

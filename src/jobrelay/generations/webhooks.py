@@ -31,11 +31,16 @@ from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
 from jobrelay.generations.children import LIFECYCLES, ChildLifecycle, OutcomeResult
+from jobrelay.generations.code2wf import CODE2WF
 from jobrelay.protocol import WorkerOutcome
 from jobrelay.webhooks import WebhookVerifier
 
 _SQL = Queries("jobrelay.generations")
 ACTOR = "webhook"
+
+
+# Every child kind a worker can report on.
+ALL_LIFECYCLES: Mapping[str, ChildLifecycle] = {**LIFECYCLES, "code2wf": CODE2WF}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +60,8 @@ def _answer(result: OutcomeResult) -> WebhookAnswer:
                 "type": "https://jobrelay.dev/problems/conflict",
                 "title": "Conflict",
                 "status": 409,
-                "detail": f"{result.kind} {result.id} already ended with status "
-                f"{result.status.value}",
+                "detail": result.detail
+                or f"{result.kind} {result.id} already ended with status {result.status.value}",
                 "kind": result.kind,
                 "id": result.id,
             },
@@ -77,7 +82,7 @@ class WorkerWebhooks:
         self,
         pool: AsyncConnectionPool[Connection],
         verifier: WebhookVerifier,
-        lifecycles: Mapping[str, ChildLifecycle] = LIFECYCLES,
+        lifecycles: Mapping[str, ChildLifecycle] = ALL_LIFECYCLES,
     ) -> None:
         self._pool = pool
         self._verifier = verifier

@@ -30,6 +30,7 @@ KNOWN_TYPES: frozenset[str] = frozenset(
         "media.process",
         "source.sync",
         "index.sync_delta",
+        "code2wf.dispatch",
         "diag.noop",
         "diag.sleep",
         "diag.fail",

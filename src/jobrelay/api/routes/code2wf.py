@@ -1,0 +1,168 @@
+"""Code2WF generations: create in a project, read, discover per Figma file, read the
+result, record placement, soft delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
+from jobrelay.api.schemas import ApiModel
+from jobrelay.domain.errors import Conflict, NotFound
+from jobrelay.generations.code2wf import PAGE_SIZE_MAX, NewGeneration
+
+router = APIRouter(prefix="/v1", tags=["code2wf"])
+
+Code2WfId = Annotated[str, Path(alias="code2wfId", min_length=1, max_length=255)]
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "No such generation, or not visible to the caller"}
+}
+Key255 = Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class CreateCode2Wf(ApiModel):
+    page_import_id: Key255
+    figma_file_key: Key255
+    screen_id: Key255
+    placement_target: Annotated[str | None, Field(default=None, min_length=1, max_length=255)]
+
+
+class Code2Wf(ApiModel):
+    code2wf_id: str = Field(alias="code2wfId")
+    organization_id: int
+    project_id: int
+    page_import_id: str
+    figma_file_key: str
+    screen_id: str
+    placement_target: str | None
+    status: Literal["0", "1", "2"]
+    attempt: int
+    flag_count: int | None
+    result_url: str | None
+    error_message: str | None
+    materialized_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Code2Wf:
+        fields = {name: row[name] for name in cls.model_fields if name in row}
+        return cls.model_validate({**fields, "code2wf_id": row["id"]})
+
+
+class Code2WfPage(ApiModel):
+    items: list[Code2Wf]
+    next_after: str | None = Field(description="Pass as `after` for the next page")
+
+
+@router.post(
+    "/projects/{projectId}/code2wf",
+    status_code=201,
+    response_model=Code2Wf,
+    response_model_by_alias=True,
+    summary="Request a Code2WF generation from a completed Page Import",
+    responses={
+        404: {"description": "No such project"},
+        409: {"description": "The Page Import is processing or failed"},
+    },
+)
+async def create_code2wf(
+    body: CreateCode2Wf, scope: ProjectScopeDep, caller: CallerDep, services: ServicesDep
+) -> Code2Wf:
+    row = await services.code2wf.create(
+        scope,
+        NewGeneration(
+            page_import_id=body.page_import_id,
+            figma_file_key=body.figma_file_key,
+            screen_id=body.screen_id,
+            placement_target=body.placement_target,
+        ),
+        actor=caller.sub,
+    )
+    return Code2Wf.of(row)
+
+
+@router.get(
+    "/projects/{projectId}/code2wf",
+    response_model=Code2WfPage,
+    response_model_by_alias=True,
+    summary="Discover the generations of one Figma file (the plugin's view)",
+    responses={404: {"description": "No such project"}},
+)
+async def discover_code2wf(
+    scope: ProjectScopeDep,
+    services: ServicesDep,
+    figma_file_key: Annotated[str, Query(alias="figmaFileKey", min_length=1, max_length=255)],
+    status: Annotated[Literal["0", "1", "2"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=PAGE_SIZE_MAX)] = 50,
+    after: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
+) -> Code2WfPage:
+    rows, next_after = await services.code2wf.discover(
+        scope, figma_file_key=figma_file_key, status=status, limit=limit, after=after
+    )
+    return Code2WfPage(items=[Code2Wf.of(r) for r in rows], next_after=next_after)
+
+
+@router.get(
+    "/code2wf/{code2wfId}",
+    response_model=Code2Wf,
+    response_model_by_alias=True,
+    summary="One generation",
+    responses=NOT_FOUND,
+)
+async def get_code2wf(code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep) -> Code2Wf:
+    return Code2Wf.of(await services.code2wf.get(code2wf_id, subject=caller.sub))
+
+
+@router.get(
+    "/code2wf/{code2wfId}/result",
+    summary="The immutable result (or failure artifact), read from S3",
+    responses={
+        **NOT_FOUND,
+        200: {"content": {"application/json": {"schema": {"type": "object"}}}},
+        409: {"description": "The generation has no result yet"},
+    },
+    response_class=JSONResponse,
+)
+async def get_code2wf_result(
+    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
+) -> Response:
+    row = await services.code2wf.get(code2wf_id, subject=caller.sub)
+    if not row["result_url"]:
+        if row["status"] == "0":
+            raise Conflict("the generation is still processing")
+        raise NotFound("the generation has no stored result")
+    body = await services.read_result(str(row["result_url"]))
+    return Response(content=body, media_type="application/json")
+
+
+@router.post(
+    "/code2wf/{code2wfId}/materialize",
+    response_model=Code2Wf,
+    response_model_by_alias=True,
+    summary="The plugin placed the result in Figma (recorded once)",
+    responses={**NOT_FOUND, 409: {"description": "The generation has not completed"}},
+)
+async def materialize_code2wf(
+    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
+) -> Code2Wf:
+    return Code2Wf.of(await services.code2wf.materialize(code2wf_id, subject=caller.sub))
+
+
+@router.delete(
+    "/code2wf/{code2wfId}",
+    status_code=204,
+    summary="Soft delete",
+    responses=NOT_FOUND,
+)
+async def delete_code2wf(
+    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
+) -> Response:
+    await services.code2wf.delete(code2wf_id, subject=caller.sub)
+    return Response(status_code=204)

@@ -1,0 +1,100 @@
+"""The `code2wf.dispatch` job: send one generation's worker message to SQS.
+
+Created with its `code2wf` row in one transaction. Each attempt reads the row, skips a
+generation that is no longer processing (an earlier attempt's message already produced an
+outcome, or it was deleted), and sends the message built from the row and its Page Import's
+result location. Transient send failures retry with backoff; on the last attempt the job
+completes having failed the generation with a safe message, in the completing transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from psycopg_pool import AsyncConnectionPool
+from pydantic import Field
+
+from jobrelay.db.pool import Connection
+from jobrelay.db.sql import Queries
+from jobrelay.domain.jobs import Complete, Outcome, Retry
+from jobrelay.domain.retry import RetryPolicy
+from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.protocol import Code2WfMessage
+
+_SQL = Queries("jobrelay.generations")
+
+TYPE = "code2wf.dispatch"
+
+# Sends one message body to the work queue and returns its message id.
+MessageSender = Callable[[str], Awaitable[str]]
+
+
+class Code2WfDispatch(JobPayload):
+    type: Literal["code2wf.dispatch"] = "code2wf.dispatch"
+    code2wf_id: str = Field(alias="code2wfId", min_length=1, max_length=255)
+
+
+DEFAULT_RETRY = RetryPolicy(max_attempts=5, base_s=1.0, cap_s=60.0)
+
+
+def job_type(
+    pool: AsyncConnectionPool[Connection] | None = None,
+    send: MessageSender | None = None,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> JobType[Code2WfDispatch]:
+    """The job type; without a pool and a sender (a process that cannot reach SQS) every
+    attempt retries with the reason, so another worker that can dispatch picks it up."""
+
+    async def handle(ctx: JobContext[Code2WfDispatch]) -> Outcome:
+        if pool is None or send is None:
+            return Retry("this worker cannot dispatch Code2WF (no SQS configured)")
+        code2wf_id = ctx.payload.code2wf_id
+        async with pool.connection() as conn:
+            row = await (
+                await conn.execute(_SQL.code2wf_dispatch_source, {"id": code2wf_id})
+            ).fetchone()
+        if row is None or row["deleted_at"] is not None or row["status"] != "0":
+            return Complete(result={"dispatched": False, "reason": "not processing"})
+        if not row["page_import_result_url"]:
+            return _give_up(code2wf_id, "the page import has no result to build from")
+        message = _message(row)
+        try:
+            message_id = await send(message.model_dump_json())
+        except Exception as exc:
+            reason = f"sending to SQS failed: {type(exc).__name__}"
+            if ctx.job.attempt_count >= ctx.job.max_attempts:
+                return _give_up(
+                    code2wf_id, f"dispatch failed after {ctx.job.attempt_count} attempts ({reason})"
+                )
+            return Retry(reason)
+        return Complete(result={"dispatched": True, "messageId": message_id})
+
+    return JobType(
+        name=TYPE,
+        payload_model=Code2WfDispatch,
+        handler=handle,
+        retry=retry,
+    )
+
+
+def _message(row: dict[str, Any]) -> Code2WfMessage:
+    return Code2WfMessage(
+        code2wf_id=str(row["id"]),
+        attempt=int(row["attempt"]),
+        organization_id=int(row["organization_id"]),
+        project_id=int(row["project_id"]),
+        page_import_id=str(row["page_import_id"]),
+        figma_file_key=str(row["figma_file_key"]),
+        screen_id=str(row["screen_id"]),
+        placement_target=row["placement_target"],
+        page_import_result_url=str(row["page_import_result_url"]),
+    )
+
+
+def _give_up(code2wf_id: str, message: str) -> Complete:
+    async def fail_generation(conn: Any) -> None:
+        await conn.execute(_SQL.code2wf_fail_dispatch, {"id": code2wf_id, "error_message": message})
+
+    return Complete(result={"dispatched": False, "error": message}, outputs=fail_generation)

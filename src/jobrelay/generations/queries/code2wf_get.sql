@@ -1,0 +1,4 @@
+SELECT *
+FROM code2wf
+WHERE id = %(id)s
+  AND deleted_at IS NULL

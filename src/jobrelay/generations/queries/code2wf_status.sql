@@ -1,0 +1,3 @@
+SELECT status, attempt
+FROM code2wf
+WHERE id = %(id)s
