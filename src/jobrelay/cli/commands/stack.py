@@ -30,6 +30,7 @@ from jobrelay.bootstrap import (
     local_issuer,
     prepare_aws,
     require_free_port,
+    run_relay,
     run_sqs_worker,
     worker_config,
 )
@@ -79,7 +80,7 @@ def api_command(
         asyncio.run(_supervise(settings, dsn, settings.aws_endpoint_url, parts=[]))
 
 
-def stack_parts(settings: Settings) -> list[StackPart]:
+def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
     """The background components `up` runs beside the API."""
 
     async def sqs_worker(services: Services, stop: asyncio.Event) -> None:
@@ -88,7 +89,14 @@ def stack_parts(settings: Settings) -> list[StackPart]:
     async def jobs_worker(services: Services, stop: asyncio.Event) -> None:
         await services.jobs.worker(worker_config(settings)).run_until(stop)
 
-    return [StackPart("sqs-worker", sqs_worker), StackPart("jobs-worker", jobs_worker)]
+    async def relay(services: Services, stop: asyncio.Event) -> None:
+        await run_relay(settings, dsn, services.aws, stop)
+
+    return [
+        StackPart("relay", relay),
+        StackPart("jobs-worker", jobs_worker),
+        StackPart("sqs-worker", sqs_worker),
+    ]
 
 
 def _run_stack(settings: Settings) -> None:
@@ -96,7 +104,7 @@ def _run_stack(settings: Settings) -> None:
         endpoint = aws_endpoint(settings, endpoint_url)
         asyncio.run(prepare_aws(settings, endpoint))
         _print_welcome(settings, endpoint_url)
-        asyncio.run(_supervise(settings, dsn, endpoint_url, parts=stack_parts(settings)))
+        asyncio.run(_supervise(settings, dsn, endpoint_url, parts=stack_parts(settings, dsn)))
 
 
 def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
