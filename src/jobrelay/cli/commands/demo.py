@@ -25,7 +25,7 @@ from jobrelay.bootstrap import build_services, database, local_issuer
 from jobrelay.domain.errors import InvalidInput
 from jobrelay.settings import Settings, load_settings
 
-console = Console()
+console = Console(soft_wrap=True)
 DEMO_SUBJECT = "demo"
 STATUS_NAMES = {"0": "processing", "1": "completed", "2": "failed", "3": "cancelled"}
 
