@@ -227,6 +227,7 @@ async def test_dispatch_failing_until_retries_are_used_up_fails_the_row(api: Api
     assert sends == max_attempts, "every attempt tried to send, then it gave up"
     assert f"dispatch failed after {max_attempts} attempts" in row["errorMessage"]
     assert "SQS is down" not in row["errorMessage"], "a safe message, not the raw error"
+    assert row["updatedBy"] == "worker", "a backend write carries its actor name"
 
     retried = await api.client.post(
         f"/v1/projects/{scope.project_id}/code2wf",
@@ -284,6 +285,7 @@ async def test_webhook_attempt_fence_materialize_and_result(
     assert conflicting.status_code == 409
     row = await generation(api, code2wf_id)
     assert (row["status"], row["flagCount"], row["resultUrl"]) == ("1", 3, key)
+    assert (row["createdBy"], row["updatedBy"]) == ("alice", "webhook")
 
     result = await api.client.get(f"/v1/code2wf/{code2wf_id}/result", headers=api.headers("alice"))
     assert result.status_code == 200
