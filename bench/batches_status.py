@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from psycopg import sql
+
 from bench.batches_common import environment, summary, timed
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import _SQL, BatchService, batch_counts
@@ -48,23 +50,17 @@ async def main() -> None:
         print(f"GET status (service, 3 statements): {summary(await timed(status, 20))}")
 
         async def aggregate() -> object:
-            async with env.pool.connection() as conn:
-                return await batch_counts(conn, view.id)
+            async with env.pool.connection() as conn, conn.transaction():
+                return await batch_counts(conn, view.id, "page_import")
 
         print(f"SQL aggregate alone: {summary(await timed(aggregate, 20))}")
 
-        async def serial() -> object:
-            async with env.pool.connection() as conn, conn.transaction():
-                await conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-                return await batch_counts(conn, view.id)
-
-        print(f"SQL aggregate, no parallel workers: {summary(await timed(serial, 20))}")
-        async with env.pool.connection() as conn:
-            plan = await (
-                await conn.execute(
-                    "EXPLAIN (ANALYZE, COSTS OFF) " + _SQL.batch_counts, {"batch_id": view.id}
-                )
-            ).fetchall()
+        async with env.pool.connection() as conn, conn.transaction():
+            await conn.execute(_SQL.merge_join_only)
+            query = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) " + _SQL.batch_counts).format(
+                child=sql.Identifier("page_import")
+            )
+            plan = await (await conn.execute(query, {"batch_id": view.id})).fetchall()
         print("\n".join(str(r["QUERY PLAN"]) for r in plan))
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.batches.creation import BatchLimits, insert_batch, prepare_batch
@@ -82,9 +83,15 @@ async def retry_on_deadlock(work: Callable[[], Awaitable[T]], *, attempts: int =
     raise AssertionError("unreachable")
 
 
-async def batch_counts(conn: Connection, batch_id: str) -> BatchCounts:
-    """The derived counts of one batch, from the SQL aggregate."""
-    row = await (await conn.execute(_SQL.batch_counts, {"batch_id": batch_id})).fetchone()
+_CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
+
+
+async def batch_counts(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
+    """The derived counts of one batch, from the SQL aggregate; call inside a transaction
+    (the merge-join planner settings are local to it)."""
+    query = sql.SQL(_SQL.batch_counts).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
+    await conn.execute(_SQL.merge_join_only)
+    row = await (await conn.execute(query, {"batch_id": batch_id})).fetchone()
     assert row is not None
     return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
 
@@ -148,7 +155,7 @@ class BatchService:
             row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
             if row is None:
                 raise NotFound("batch not found")
-            counts = await batch_counts(conn, batch_id)
+            counts = await batch_counts(conn, batch_id, str(row["type"]))
         return _view(row, counts)
 
     async def items(self, batch_id: str, *, after: int, limit: int) -> ItemPage:
@@ -196,7 +203,7 @@ class BatchService:
                 row = await (await conn.execute(_SQL.lock_batch, {"batch_id": batch_id})).fetchone()
                 if row is None:
                     raise NotFound("batch not found")
-                counts = await batch_counts(conn, batch_id)
+                counts = await batch_counts(conn, batch_id, str(row["type"]))
                 current = _view(row, counts)
                 if current.status is BatchStatus.CANCELLED:
                     return current
@@ -207,7 +214,7 @@ class BatchService:
                 await conn.execute(_SQL.cancel_items, params)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
-                return _view(row, await batch_counts(conn, batch_id))
+                return _view(row, await batch_counts(conn, batch_id, str(row["type"])))
 
         return await retry_on_deadlock(work)
 
