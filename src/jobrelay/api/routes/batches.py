@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
+from pydantic import Field
 
 from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
 from jobrelay.api.schemas import ApiModel
@@ -27,8 +28,12 @@ class CreateBatch(ApiModel):
     Every item is validated; one bad item rejects the whole batch (422 listing positions as
     `items.<position>.<field>`) and nothing is stored."""
 
-    type: str
-    items: list[Any]
+    type: str = Field(description="`page_import` or `code2des`")
+    items: list[Any] = Field(
+        description="At most JOBRELAY_BATCH_MAX_ITEMS items (default 10,000), each within the "
+        "queue's message limit (JOBRELAY_SQS_MESSAGE_LIMIT_BYTES, UTF-8 bytes); the whole "
+        "request within JOBRELAY_API_MAX_BODY_BYTES (default 16 MiB)."
+    )
 
 
 class Counts(ApiModel):
