@@ -6,18 +6,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import httpx
 
 from jobrelay.aws.emulator import free_port
-from jobrelay.cli.commands.demo import demo_page
+from jobrelay.cli.commands.demo import serve_demo_pages
 from tests.harness import AwsTestResources, cli_env, jobrelay_command, wait_until
 
 
@@ -107,32 +105,7 @@ def running_stack(
         stack.stop_all()
 
 
-@contextmanager
-def page_server(count: int) -> Iterator[list[str]]:
-    """`count` demo pages on 127.0.0.1 (the reference worker fetches loopback only)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            name = self.path.strip("/")
-            body = demo_page(int(name[5:-5]))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        port = server.server_address[1]
-        yield [f"http://127.0.0.1:{port}/page-{i}.html" for i in range(count)]
-    finally:
-        server.shutdown()
-        server.server_close()
+page_server = serve_demo_pages
 
 
 def token(data_dir: Path, sub: str) -> str:

@@ -4,6 +4,7 @@ emulator. Fixtures in `conftest.py` are thin wrappers over these helpers."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -164,3 +165,15 @@ async def api_harness(
         transport = httpx.ASGITransport(app=create_app(services))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
             yield ApiHarness(client=client, services=services)
+
+
+def run_cli(*args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
+    """Run `jobrelay ARGS` to completion with `cli_env(**env)`; output captured as text."""
+    return subprocess.run(
+        [*jobrelay_command(), *args],
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

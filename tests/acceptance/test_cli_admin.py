@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
-from tests.harness import cli_env, jobrelay_command
-
-
-def _run(*args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*jobrelay_command(), *args],
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from tests.harness import run_cli
 
 
 async def test_token_verifies_against_the_data_directory_issuer(tmp_path: Path) -> None:
-    result = _run("token", "--sub", "alice", "--admin", JOBRELAY_DATA_DIR=str(tmp_path))
+    result = run_cli("token", "--sub", "alice", "--admin", JOBRELAY_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     issuer = LocalIssuer(tmp_path)
 
@@ -39,17 +27,19 @@ async def test_token_verifies_against_the_data_directory_issuer(tmp_path: Path) 
 
 
 def test_token_refuses_a_long_subject(tmp_path: Path) -> None:
-    result = _run("token", "--sub", "x" * 51, JOBRELAY_DATA_DIR=str(tmp_path))
+    result = run_cli("token", "--sub", "x" * 51, JOBRELAY_DATA_DIR=str(tmp_path))
     assert result.returncode == 2
     assert "--sub must be 1 to 50 characters" in result.stderr
 
 
 def test_admin_commands_build_a_tenant(db_dsn: str) -> None:
-    org = json.loads(_run("admin", "create-org", "acme", DATABASE_URL=db_dsn).stdout)
+    org = json.loads(run_cli("admin", "create-org", "acme", DATABASE_URL=db_dsn).stdout)
     project = json.loads(
-        _run("admin", "create-project", "web", "--org", str(org["id"]), DATABASE_URL=db_dsn).stdout
+        run_cli(
+            "admin", "create-project", "web", "--org", str(org["id"]), DATABASE_URL=db_dsn
+        ).stdout
     )
-    member = _run(
+    member = run_cli(
         "admin",
         "add-member",
         "--org",
@@ -61,7 +51,7 @@ def test_admin_commands_build_a_tenant(db_dsn: str) -> None:
         DATABASE_URL=db_dsn,
     )
     assert member.returncode == 0, member.stderr
-    listing = json.loads(_run("admin", "list", DATABASE_URL=db_dsn).stdout)
+    listing = json.loads(run_cli("admin", "list", DATABASE_URL=db_dsn).stdout)
     assert listing == [
         {
             "id": org["id"],
@@ -73,10 +63,10 @@ def test_admin_commands_build_a_tenant(db_dsn: str) -> None:
 
 
 def test_admin_names_a_missing_organization_and_a_bad_role(db_dsn: str) -> None:
-    missing = _run("admin", "create-project", "web", "--org", "424242", DATABASE_URL=db_dsn)
+    missing = run_cli("admin", "create-project", "web", "--org", "424242", DATABASE_URL=db_dsn)
     assert missing.returncode == 2
     assert "organization 424242 not found" in missing.stderr
-    bad_role = _run(
+    bad_role = run_cli(
         "admin", "add-member", "--org", "1", "--sub", "a", "--role", "boss", DATABASE_URL=db_dsn
     )
     assert bad_role.returncode == 2

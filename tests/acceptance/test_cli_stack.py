@@ -13,7 +13,7 @@ import psycopg
 from jobrelay.aws.emulator import free_port
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
-from tests.harness import cli_env, jobrelay_command, wait_until
+from tests.harness import cli_env, jobrelay_command, run_cli, wait_until
 
 
 def _start_up(data_dir: Path, port: int) -> subprocess.Popen[str]:
@@ -52,7 +52,7 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
         wait_until(lambda: _ready(port), timeout_s=60, what="first `up` to be ready")
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         # One-shot commands attach to the running stack's PostgreSQL and leave it running.
-        created = _run(
+        created = run_cli(
             "admin", "create-org", "kept", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path)
         )
         assert created.returncode == 0, created.stderr
@@ -73,19 +73,8 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     assert server.running_pid() is None
 
 
-def _run(*args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*jobrelay_command(), *args],
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_unreachable_database_url_is_one_clear_message() -> None:
-    result = _run("migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/jobs")
+    result = run_cli("migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/jobs")
     assert result.returncode == 2
     assert "cannot connect to PostgreSQL at 127.0.0.1:1/jobs" in result.stderr
     assert "DATABASE_URL" in result.stderr
@@ -93,7 +82,7 @@ def test_unreachable_database_url_is_one_clear_message() -> None:
 
 
 def test_malformed_database_url_is_one_clear_message() -> None:
-    result = _run("migrate", DATABASE_URL="not a url at all")
+    result = run_cli("migrate", DATABASE_URL="not a url at all")
     assert result.returncode == 2
     assert "cannot connect to PostgreSQL" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -104,7 +93,9 @@ def test_busy_port_is_one_clear_message(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = _run("up", "--port", str(port), DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+        result = run_cli(
+            "up", "--port", str(port), DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path)
+        )
     assert result.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -115,7 +106,7 @@ def test_data_directory_of_another_server_is_one_clear_message(tmp_path: Path) -
     other = EmbeddedPostgres(tmp_path / "pgdata")
     other.start()
     try:
-        result = _run("migrate", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+        result = run_cli("migrate", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
         assert other.running_pid() is not None, "the other server must be left alone"
     finally:
         other.stop()
@@ -126,14 +117,14 @@ def test_data_directory_of_another_server_is_one_clear_message(tmp_path: Path) -
 
 
 def test_doctor_reports_a_migrated_database(db_dsn: str) -> None:
-    result = _run("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    result = run_cli("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "table jobs" in result.stdout
     assert "unlogged" not in result.stdout
 
 
 def test_doctor_fails_on_an_unmigrated_database(empty_db_dsn: str) -> None:
-    result = _run("doctor", DATABASE_URL=empty_db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    result = run_cli("doctor", DATABASE_URL=empty_db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
     assert result.returncode == 1
     assert "run `jobrelay migrate`" in result.stdout
 
@@ -141,13 +132,13 @@ def test_doctor_fails_on_an_unmigrated_database(empty_db_dsn: str) -> None:
 def test_doctor_flags_an_unlogged_table(db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE ops_run SET UNLOGGED")
-    result = _run("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
+    result = run_cli("doctor", DATABASE_URL=db_dsn, JOBRELAY_AWS_ENDPOINT_URL=None)
     assert result.returncode == 1
     assert "table ops_run is unlogged" in result.stdout
 
 
 def test_migrate_brings_an_empty_database_to_head(empty_db_dsn: str) -> None:
-    result = _run("migrate", DATABASE_URL=empty_db_dsn)
+    result = run_cli("migrate", DATABASE_URL=empty_db_dsn)
     assert result.returncode == 0, result.stderr
     head = migrate.head_revision()
     assert f"database at revision {head} (head {head})" in result.stdout

@@ -19,7 +19,7 @@ from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import set_pause
 from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
-from tests.harness import ApiHarness, cli_env, jobrelay_command
+from tests.harness import ApiHarness, run_cli
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
 
 POLICIES = registry_policies(build_registry(diag_enabled=True))
@@ -143,14 +143,7 @@ def _hold_lock(dsn: str, statement: str, release: threading.Event, held: threadi
 
 
 def _cli(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*jobrelay_command(), "ops", *args],
-        env=cli_env(DATABASE_URL=dsn),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli("ops", *args, DATABASE_URL=dsn)
 
 
 def test_a_held_lock_aborts_within_the_timeout_and_changes_nothing(

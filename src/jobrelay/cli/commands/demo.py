@@ -47,7 +47,7 @@ def demo_command(
     project_id = asyncio.run(_demo_project(settings))
     token = local_issuer(settings).mint(DEMO_SUBJECT, ttl_s=3600)
     headers = {"Authorization": f"Bearer {token}"}
-    with _page_server(pages) as page_urls, httpx.Client(base_url=base, headers=headers) as http:
+    with serve_demo_pages(pages) as page_urls, httpx.Client(base_url=base, headers=headers) as http:
         _check_api(http, base)
         batch = _submit(http, project_id, page_urls)
         final = _follow(http, batch["id"], deadline=time.monotonic() + timeout)
@@ -174,7 +174,9 @@ def demo_page(index: int) -> bytes:
 
 
 @contextmanager
-def _page_server(pages: int) -> Iterator[list[str]]:
+def serve_demo_pages(pages: int) -> Iterator[list[str]]:
+    """Serve `pages` demo pages on 127.0.0.1 (the reference worker fetches loopback only)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             name = self.path.strip("/")
