@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -148,4 +149,5 @@ def test_doctor_flags_an_unlogged_table(db_dsn: str) -> None:
 def test_migrate_brings_an_empty_database_to_head(empty_db_dsn: str) -> None:
     result = _run("migrate", DATABASE_URL=empty_db_dsn)
     assert result.returncode == 0, result.stderr
-    assert "database at revision 0001 (head 0001)" in result.stdout
+    match = re.search(r"database at revision (\w+) \(head (\w+)\)", result.stdout)
+    assert match is not None and match.group(1) == match.group(2), result.stdout

@@ -25,7 +25,9 @@ written AS (
     )
     SELECT
         id, type, payload::jsonb, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, clock_timestamp() + make_interval(secs => delay_s), parent_id
+        max_attempts,
+        -- a NULL delay: a parent waiting for its children, never claimed
+        coalesce(clock_timestamp() + make_interval(secs => delay_s), 'infinity'), parent_id
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)
