@@ -10,7 +10,7 @@ A bulk call folds requests with the same (type, dedupe key) before the statement
 multi-row `ON CONFLICT DO UPDATE` that meets one key twice fails with a cardinality error.
 
 A parent type (`JobRole.PARENT`, e.g. `ccip.batch`) is stored waiting (`available_at =
-infinity`, never claimed) and its `on_create` children (its dispatch job) are enqueued in
+9999-12-31`, never claimed) and its `on_create` children (its dispatch job) are enqueued in
 the same transaction: a parent is never visible without its dispatch (invariant 12).
 """
 

@@ -76,7 +76,7 @@ def _dispatch_of(batch: CcipBatch) -> Sequence[ChildSpec]:
 
 
 async def _never_run(ctx: JobContext[CcipBatch]) -> Outcome:
-    # A batch waits (available_at = infinity); only an operator retry could make it run.
+    # A batch waits (available_at = 9999-12-31); only an operator retry could make it run.
     return Fail("a ccip.batch parent is never run; it ends when its children end")
 
 
