@@ -18,7 +18,7 @@
 --   classes first take claim_lock_classes (an advisory transaction lock per class), so this
 --   statement's snapshot already sees every slot taken by an earlier claimer.
 -- * Time is the database's: available_at and the lease use clock_timestamp().
-WITH wanted AS (
+WITH RECURSIVE wanted AS (
     SELECT
         w.cls,
         w.cap,
@@ -43,20 +43,44 @@ WITH wanted AS (
     WHERE NOT (SELECT claims_paused FROM jobs_control)
         AND w.lim > 0
 ),
+pending_sources AS (
+    -- Every source with a pending job, by a skip scan of jobs_pending_source_idx (one
+    -- index probe per source instead of reading every pending job of every source).
+    SELECT min(j.source_key) AS source_key
+    FROM jobs AS j
+    WHERE j.status = 'pending' AND j.source_key IS NOT NULL
+    UNION ALL
+    SELECT (
+        SELECT min(j.source_key)
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.source_key IS NOT NULL
+            AND j.source_key > pending_sources.source_key
+    )
+    FROM pending_sources
+    WHERE pending_sources.source_key IS NOT NULL
+),
 heads AS (
-    SELECT DISTINCT ON (head.source_key) head.id, head.concurrency_class
-    FROM jobs AS head
-    WHERE head.status = 'pending'
-        AND head.source_key IS NOT NULL
-        AND head.available_at <= clock_timestamp()
-        AND head.concurrency_class = ANY(%(classes)s::text[])
+    -- The next claimable job of each source that runs nothing now.
+    SELECT head.id, head.concurrency_class
+    FROM pending_sources
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.concurrency_class
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.source_key = pending_sources.source_key
+            AND j.available_at <= clock_timestamp()
+            AND j.concurrency_class = ANY(%(classes)s::text[])
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT 1
+    ) AS head
+    WHERE pending_sources.source_key IS NOT NULL
         AND NOT EXISTS (
             SELECT 1
             FROM jobs AS running
-            WHERE running.source_key = head.source_key
+            WHERE running.source_key = pending_sources.source_key
                 AND running.status = 'in_progress'
         )
-    ORDER BY head.source_key, head.priority, head.available_at, head.id
 ),
 candidates AS MATERIALIZED (
     SELECT free.id, free.concurrency_class, free.priority, free.available_at

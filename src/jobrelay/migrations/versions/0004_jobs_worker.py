@@ -7,6 +7,9 @@
   from their own SQL.
 * `jobs_pending_source_idx`: the claim picks the next pending job of each idle source
   (`DISTINCT ON (source_key)`), read in this index's order.
+* `jobs_pending_class_idx`: the claim reads unserialized pending jobs per class in order;
+  without the class in the index, claiming a class with no pending job would walk every
+  pending job of the other class.
 
 Revision ID: 0004
 Revises: 0001
@@ -33,6 +36,10 @@ CREATE TRIGGER jobs_notify_enqueued
     AFTER INSERT ON jobs
     FOR EACH STATEMENT EXECUTE FUNCTION jobrelay_jobs_notify();
 
+CREATE INDEX jobs_pending_class_idx
+    ON jobs (concurrency_class, priority, available_at, id)
+    WHERE status = 'pending' AND source_key IS NULL;
+
 CREATE INDEX jobs_pending_source_idx
     ON jobs (source_key, priority, available_at, id)
     WHERE status = 'pending' AND source_key IS NOT NULL;
@@ -40,6 +47,7 @@ CREATE INDEX jobs_pending_source_idx
 
 DOWNGRADE = r"""
 DROP INDEX jobs_pending_source_idx;
+DROP INDEX jobs_pending_class_idx;
 DROP TRIGGER jobs_notify_enqueued ON jobs;
 DROP FUNCTION jobrelay_jobs_notify();
 """
