@@ -144,8 +144,8 @@ def worker_processes(dsn: str, count: int, *args: str, **env: str) -> Iterator[l
         for process in processes:
             print(stop_worker(process))  # shown by pytest on failure
         raise
-    for process in processes:
-        output = stop_worker(process)
+    outputs = [stop_worker(process) for process in processes]  # every one, then check
+    for process, output in zip(processes, outputs, strict=True):
         assert process.returncode == 0, output
 
 

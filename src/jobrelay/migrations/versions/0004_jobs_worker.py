@@ -5,8 +5,8 @@
   one transaction into one), so workers blocked on LISTEN wake at commit instead of at
   their next poll. Statements that make a job claimable again (release, rescue) notify
   from their own SQL.
-* `jobs_pending_source_idx`: the claim picks the next pending job of each idle source
-  (`DISTINCT ON (source_key)`), read in this index's order.
+* `jobs_pending_source_idx`: the claim finds the sources with pending jobs by a skip scan
+  and reads the next pending job of each idle source from it.
 * `jobs_pending_class_idx`: the claim reads unserialized pending jobs per class in order;
   without the class in the index, claiming a class with no pending job would walk every
   pending job of the other class.
