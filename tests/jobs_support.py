@@ -1,24 +1,31 @@
 """Helpers for the jobs engine suites: the real registry and service on a test pool, an
-in-process worker, and direct row reads. Waiting is polling with a deadline, never sleep."""
+in-process worker, real `jobrelay worker` processes, and direct row reads. Waiting is
+polling with a deadline, never sleep."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
+import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.db.pool import Connection
+from jobrelay.db.pool import Connection, open_pool
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.service import JobsService
 from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
+from tests.harness import cli_env, jobrelay_command, wait_until
 
 T = TypeVar("T")
 
@@ -73,15 +80,112 @@ async def running_worker(
     pool: AsyncConnectionPool[Connection],
     *,
     jitter: Callable[[], float] | None = None,
+    failpoints: Failpoints | None = None,
     **config: Any,
 ) -> AsyncIterator[Worker]:
     defaults: dict[str, Any] = {"concurrency": 4, "poll_interval_s": 0.01, "lease_s": 10.0}
     extra: dict[str, Any] = {} if jitter is None else {"jitter": jitter}
+    if failpoints is not None:
+        extra["failpoints"] = failpoints
     worker = Worker(
-        pool=pool, registry=registry(), config=WorkerConfig(**{**defaults, **config}), **extra
+        pool=pool,
+        registry=build_registry(diag_enabled=True, failpoints=failpoints or NO_FAILPOINTS),
+        config=WorkerConfig(**{**defaults, **config}),
+        **extra,
     )
     await worker.start()
     try:
         yield worker
     finally:
         await worker.stop()
+
+
+# -- worker processes ------------------------------------------------------------------
+
+
+def start_worker(dsn: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    """A real `jobrelay worker` process on `dsn` (fast polling, quiet logs)."""
+    settings = {
+        "DATABASE_URL": dsn,
+        "JOBRELAY_DIAG_JOBS_ENABLED": "true",
+        "JOBRELAY_WORKER_POLL_INTERVAL_S": "0.05",
+        "JOBRELAY_JOBS_RESCUE_INTERVAL_S": "0.2",
+        "JOBRELAY_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    return subprocess.Popen(
+        [*jobrelay_command(), "worker", *args],
+        env=cli_env(**settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop_worker(process: subprocess.Popen[str], *, sig: int = signal.SIGTERM) -> str:
+    """Signal the process (unless it ended) and return its output."""
+    if process.poll() is None:
+        process.send_signal(sig)
+    output, _ = process.communicate(timeout=60)
+    return output
+
+
+@contextmanager
+def worker_processes(dsn: str, count: int, *args: str, **env: str) -> Iterator[list[Any]]:
+    processes = [start_worker(dsn, *args, **env) for _ in range(count)]
+    try:
+        wait_until(
+            lambda: listening_workers(dsn) >= count,
+            timeout_s=60,
+            what=f"{count} workers to start (their LISTEN connections)",
+        )
+        yield processes
+    except BaseException:
+        for process in processes:
+            print(stop_worker(process))  # shown by pytest on failure
+        raise
+    outputs = [stop_worker(process) for process in processes]  # every one, then check
+    for process, output in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, output
+
+
+def listening_workers(dsn: str) -> int:
+    """Workers past startup (signal handlers installed): their LISTEN connections."""
+    rows = query(
+        dsn,
+        "SELECT count(*) AS n FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query LIKE %s",
+        "%LISTEN jobrelay_jobs%",
+    )
+    return int(rows[0]["n"])
+
+
+def query(dsn: str, sql: str, *params: Any) -> list[dict[str, Any]]:
+    """Rows of one statement on a fresh autocommit connection (sync tests)."""
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
+
+
+def enqueue_sync(dsn: str, requests: list[EnqueueRequest]) -> list[Enqueued]:
+    """Enqueue through the real service from a sync test (bulk, one transaction)."""
+
+    async def run() -> list[Enqueued]:
+        pool = await open_pool(dsn, min_size=1, max_size=2)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                return await service(pool).enqueue_many(requests, conn=conn)
+        finally:
+            await pool.close()
+
+    return asyncio.run(run())
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one instant (an end at t closes before a
+    start at t opens)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak

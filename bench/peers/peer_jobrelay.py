@@ -2,7 +2,9 @@
 
 Enqueue goes through the real `Enqueuer` (registry validation, atomic ON CONFLICT statement);
 the worker is the real `jobrelay.jobs.worker.Worker` with its production defaults (batched
-claims, batched CAS completions, lease rescue). The harness's job body runs as the handler
+claims, batched CAS completions and heartbeats, LISTEN/NOTIFY wake-up, lease rescue);
+`concurrency` slots shared by every class. `JOBRELAY_WORKER_PREFETCH` (default 0) sets
+the claim-ahead. The harness's job body runs as the handler
 of `diag.noop`. Completion time is `finished_at`, the `clock_timestamp()` of the batched
 completion statement, so `acked_*` reflects durable completion.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from importlib.metadata import version as _v
 from typing import Any
 
@@ -82,7 +85,12 @@ class Adapter:
         pool = await open_pool(self.dsn, min_size=2, max_size=concurrency + 4)
         try:
             worker = Worker(
-                pool=pool, registry=_registry(), config=WorkerConfig(concurrency=concurrency)
+                pool=pool,
+                registry=_registry(),
+                config=WorkerConfig(
+                    concurrency=concurrency,
+                    prefetch=int(os.environ.get("JOBRELAY_WORKER_PREFETCH", "0")),
+                ),
             )
             await worker.run_until(stop)
         finally:

@@ -15,7 +15,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q -r "$PEERS_DIR/requirements.txt"
 fi
 # jobrelay's engine needs only these of its dependencies (the peers pin psycopg already).
-"$VENV/bin/pip" install -q --disable-pip-version-check pydantic uuid-utils alembic sqlalchemy
+"$VENV/bin/pip" install -q --disable-pip-version-check pydantic uuid-utils alembic sqlalchemy \
+  prometheus-client
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$REPO"
 mkdir -p "$HERE/results"
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"

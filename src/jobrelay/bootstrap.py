@@ -42,13 +42,15 @@ from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
-from jobrelay.domain.errors import JobrelayError, NotFound
+from jobrelay.domain.errors import FieldError, InvalidInput, JobrelayError, NotFound
+from jobrelay.domain.jobs_config import ConfigError, parse_class_counts
 from jobrelay.generations.children import ChildService
 from jobrelay.generations.code2wf import Code2WfService
 from jobrelay.generations.code2wf_dispatch import job_type as code2wf_dispatch_type
 from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.jobs.enqueue import Enqueuer
-from jobrelay.jobs.registry import Registry
+from jobrelay.jobs.failpoints import Failpoints
+from jobrelay.jobs.registry import JobType, Registry
 from jobrelay.jobs.service import JobsService
 from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import WorkerConfig
@@ -65,6 +67,7 @@ __all__ = [
     "EmulatorError",
     "Services",
     "StartupError",
+    "WorkerConfig",
     "aws_endpoint",
     "aws_reachable",
     "build_services",
@@ -75,6 +78,7 @@ __all__ = [
     "local_emulator",
     "local_issuer",
     "migrate_database",
+    "parse_slots",
     "prepare_aws",
     "require_free_port",
     "run_relay",
@@ -265,33 +269,87 @@ async def build_services(
         await pool.close()
 
 
-def jobs_registry(settings: Settings) -> Registry:
+def jobs_registry(
+    settings: Settings,
+    failpoints: Failpoints | None = None,
+    code2wf_dispatch: JobType[Any] | None = None,
+) -> Registry:
     """The closed registry of job types; raises `RegistryError` when it is incomplete."""
-    return build_registry(diag_enabled=settings.diag_jobs_enabled)
+    return build_registry(
+        diag_enabled=settings.diag_jobs_enabled,
+        failpoints=failpoints or Failpoints.parse(settings.jobs_failpoints),
+        payload_limit_bytes=settings.jobs_payload_limit_bytes,
+        code2wf_dispatch=code2wf_dispatch,
+    )
 
 
 def jobs_service(
     settings: Settings, pool: AsyncConnectionPool[Connection], endpoint: AwsEndpoint | None = None
 ) -> JobsService:
     """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
+    failpoints = Failpoints.parse(settings.jobs_failpoints)
     dispatch = None
     if endpoint is not None:
         dispatch = code2wf_dispatch_type(pool, QueueSender(endpoint, settings.sqs_queue_name))
-    registry = build_registry(diag_enabled=settings.diag_jobs_enabled, code2wf_dispatch=dispatch)
+    registry = jobs_registry(settings, failpoints, dispatch)
     return JobsService(
         pool=pool,
         registry=registry,
-        enqueuer=Enqueuer(registry, payload_limit_bytes=settings.jobs_payload_limit_bytes),
+        enqueuer=Enqueuer(
+            registry,
+            payload_limit_bytes=settings.jobs_payload_limit_bytes,
+            failpoints=failpoints,
+        ),
+        failpoints=failpoints,
     )
 
 
-def worker_config(settings: Settings, *, concurrency: int | None = None) -> WorkerConfig:
-    """The worker's configuration from settings (and a CLI override)."""
+def parse_slots(text: str, *, what: str = "--slots") -> dict[str, int]:
+    """`ai=2,default=8` as slots per class; raises `InvalidInput` naming the bad value."""
+    try:
+        slots = parse_class_counts(text, what=what, minimum=0)
+        if not any(slots.values()):
+            raise ConfigError(f"invalid {what} {text!r}: at least one class needs a slot")
+    except ConfigError as exc:
+        raise InvalidInput(str(exc), [FieldError(what, str(exc))]) from None
+    return slots
+
+
+def worker_config(
+    settings: Settings,
+    *,
+    concurrency: int | None = None,
+    slots: dict[str, int] | None = None,
+    metrics_port: int | None = None,
+    shutdown_grace_s: float | None = None,
+) -> WorkerConfig:
+    """The worker's configuration from settings and CLI overrides.
+
+    `--slots` (or `JOBRELAY_WORKER_SLOTS`) sets slots per class; `--concurrency N` alone
+    (the jobs-engine form) lets every class share N slots.
+    """
+    concurrency = concurrency or settings.worker_concurrency
+    if slots is None and concurrency is None:
+        slots = parse_slots(settings.worker_slots, what="JOBRELAY_WORKER_SLOTS")
+    caps = parse_class_counts(
+        settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
+    )
     return WorkerConfig(
-        concurrency=concurrency or settings.worker_concurrency,
+        concurrency=concurrency,
+        slots=slots,
+        global_caps=caps,
         lease_s=settings.jobs_lease_s,
         poll_interval_s=settings.worker_poll_interval_s,
         rescue_interval_s=settings.jobs_rescue_interval_s,
+        reconcile_interval_s=settings.jobs_reconcile_interval_s,
+        prune_interval_s=settings.jobs_prune_interval_s,
+        retention_s=settings.jobs_retention_s or None,
+        shutdown_grace_s=(
+            settings.worker_shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
+        ),
+        prefetch=settings.worker_prefetch,
+        listen=settings.worker_listen,
+        metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
     )
 
 

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from jobrelay.domain.jobs_config import parse_class_counts, parse_failpoints
+
 
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
@@ -119,9 +121,44 @@ class Settings(BaseSettings):
     jobs_rescue_interval_s: float = Field(
         default=5.0, gt=0, description="How often a worker reclaims expired leases."
     )
-    worker_concurrency: int = Field(default=10, ge=1, description="Jobs run at once per worker.")
+    worker_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Total jobs run at once per worker; alone, every class shares them.",
+    )
+    worker_slots: str = Field(
+        default="ai=2,default=8",
+        description="Jobs run at once per concurrency class, e.g. ai=2,default=8.",
+    )
     worker_poll_interval_s: float = Field(
-        default=0.05, gt=0, description="Worker wait between claims when nothing is available."
+        default=0.25,
+        gt=0,
+        description="Worker wait between claims when idle (LISTEN/NOTIFY wakes it sooner).",
+    )
+    worker_listen: bool = Field(default=True, description="Wake workers by LISTEN/NOTIFY.")
+    worker_prefetch: int = Field(
+        default=0, ge=0, description="Jobs a worker claims ahead of its free slots."
+    )
+    worker_shutdown_grace_s: float = Field(
+        default=10.0, ge=0, description="On SIGTERM/SIGINT, how long running jobs may finish."
+    )
+    worker_metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve /metrics on this port (0: any free)."
+    )
+    jobs_global_caps: str = Field(
+        default="", description="Running jobs per class across all workers, e.g. ai=4."
+    )
+    jobs_reconcile_interval_s: float = Field(
+        default=10.0, gt=0, description="How often a worker repairs parents left behind."
+    )
+    jobs_prune_interval_s: float = Field(default=300.0, gt=0)
+    jobs_retention_s: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="Finished jobs older than this are pruned; 0 keeps them forever.",
+    )
+    jobs_failpoints: str = Field(
+        default="", description="Injected failures for drills and tests, e.g. name=2,name."
     )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
@@ -130,6 +167,26 @@ class Settings(BaseSettings):
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("worker_slots")
+    @classmethod
+    def _valid_slots(cls, value: str) -> str:
+        slots = parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
+        if not any(slots.values()):
+            raise ValueError(f"JOBRELAY_WORKER_SLOTS {value!r}: at least one class needs a slot")
+        return value
+
+    @field_validator("jobs_global_caps")
+    @classmethod
+    def _valid_caps(cls, value: str) -> str:
+        parse_class_counts(value, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1)
+        return value
+
+    @field_validator("jobs_failpoints")
+    @classmethod
+    def _valid_failpoints(cls, value: str) -> str:
+        parse_failpoints(value)
+        return value
 
     @model_validator(mode="after")
     def _heartbeat_inside_the_visibility_timeout(self) -> Settings:

@@ -116,7 +116,7 @@ async def test_heartbeats_keep_a_long_job_alive(pool: Pool) -> None:
     async with running_worker(pool, lease_s=0.3, rescue_interval_s=0.05) as worker:
         ended = await eventually(lambda: _ended(pool, e.id))
     assert ended["status"] == "completed" and ended["attempt_count"] == 1
-    assert worker.stats.rescued == 0 and ended["heartbeat_at"] > ended["claimed_at"]
+    assert worker.rescuer.signals.acted == 0 and ended["heartbeat_at"] > ended["claimed_at"]
 
 
 async def _is(pool: Pool, job_id: uuid.UUID, status: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
@@ -40,6 +41,14 @@ def main() -> None:
         app()
     except (StartupError, JobrelayError) as exc:
         _stderr.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except ValidationError as exc:  # settings from the environment
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            _stderr.print(
+                f"[bold red]error:[/] setting {name}: {err['msg']} (got {err.get('input')!r})",
+                highlight=False,
+            )
         sys.exit(2)
 
 

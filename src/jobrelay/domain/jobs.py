@@ -64,6 +64,14 @@ class ConcurrencyClass(StrEnum):
     DEFAULT = "default"
 
 
+class JobRole(StrEnum):
+    """How a job type takes part in parent/child work (DESIGN.md 3, invariant 12)."""
+
+    JOB = "job"  # an ordinary job: claimed and run by a worker
+    PARENT = "parent"  # waits (pending, never claimed) until its children are terminal
+    DISPATCH = "dispatch"  # child of a parent that creates the parent's other children
+
+
 class Transition(StrEnum):
     """Every way a job row changes status; each is one SQL statement in `jobs/queries`."""
 

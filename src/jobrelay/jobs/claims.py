@@ -1,29 +1,59 @@
-"""Claim and the fenced writes of a claimed job (DESIGN.md section 3, invariants 4-7).
+"""Claim and the fenced writes of a claimed job (DESIGN.md section 3, invariants 4-7, 10-12).
 
-Every function takes a connection and runs one statement from `queries/`. Every write of a
+Every function takes a connection and runs statements from `queries/`. Every write of a
 claimed job is a compare-and-set on id + status + claim token (completion also on the
 revision seen at claim time); a write that matches no row raises `LeaseLost`. Time is
 always the database's `clock_timestamp()`.
+
+Parents (invariant 12): a terminal write of a child (complete, fail, lease expiry, cancel)
+runs in one transaction that first locks the parent row (`lock_parents`), then writes the
+child, then reconciles the parent (`reconcile_parents`) with a snapshot taken after the
+lock: of two children finishing at once, the second always sees the first, and the parent
+ends exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.registry import DISPATCH_TYPES, PARENT_TYPES
 
 _QUERIES = Queries("jobrelay.jobs")
 ALL_CLASSES = ("ai", "default")
+# The unique indexes a claim may hit when another claimer won a race (see claim_jobs.sql).
+CLAIM_RACE_CONSTRAINTS = frozenset({"jobs_running_source_key", "jobs_running_class_slot"})
+
+
+def _transaction(conn: Connection, *, needed: bool = True) -> AbstractAsyncContextManager[Any]:
+    """A transaction when `needed` and none is open; inside the caller's transaction the
+    statements simply join it (no savepoint round trips on the hot path)."""
+    if needed and conn.info.transaction_status == TransactionStatus.IDLE:
+        return conn.transaction()
+    return contextlib.nullcontext()
+
+
+def is_claim_race(exc: BaseException) -> bool:
+    """True for the unique violation of a claim that lost a serialization or slot race."""
+    return (
+        isinstance(exc, psycopg.errors.UniqueViolation)
+        and exc.diag.constraint_name in CLAIM_RACE_CONSTRAINTS
+    )
 
 
 async def claim(
@@ -33,13 +63,34 @@ async def claim(
     limit: int,
     lease_s: float,
     classes: Sequence[str] = ALL_CLASSES,
+    limits: Mapping[str, int] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> list[ClaimedJob]:
-    """Claim up to `limit` available jobs in one statement (fresh token, attempt + 1)."""
-    if limit <= 0:
+    """Claim up to `limit` available jobs in one statement (fresh token, attempt + 1).
+
+    `limits` bounds each class (default: `limit` for every class of `classes`); `caps` are
+    the global caps per class (invariant 10). With a cap, call this inside a transaction:
+    the class's advisory lock is taken first and held until commit.
+    """
+    per_class = dict(limits) if limits is not None else dict.fromkeys(classes, limit)
+    per_class = {c: n for c, n in per_class.items() if n > 0}
+    if limit <= 0 or not per_class:
         return []
+    caps = caps or {}
+    names = sorted(per_class)
+    capped = [c for c in names if c in caps]
+    if capped:
+        await conn.execute(_QUERIES.claim_lock_classes, {"classes": capped})
     cursor = await conn.execute(
         _QUERIES.claim_jobs,
-        {"worker_id": worker_id, "limit": limit, "lease_s": lease_s, "classes": list(classes)},
+        {
+            "worker_id": worker_id,
+            "total": limit,
+            "lease_s": lease_s,
+            "classes": names,
+            "limits": [per_class[c] for c in names],
+            "caps": [caps.get(c) for c in names],
+        },
     )
     return [ClaimedJob.from_row(row) for row in await cursor.fetchall()]
 
@@ -56,6 +107,24 @@ async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int
     return cast(int, row["revision"])
 
 
+async def heartbeat_many(
+    conn: Connection, jobs: Sequence[ClaimedJob], *, lease_s: float
+) -> set[uuid.UUID]:
+    """Extend the leases of many jobs in one statement; returns the ids still held (the
+    others lost their lease)."""
+    if not jobs:
+        return set()
+    cursor = await conn.execute(
+        _QUERIES.heartbeat_jobs,
+        {
+            "ids": [j.id for j in jobs],
+            "claim_tokens": [j.claim_token for j in jobs],
+            "lease_s": lease_s,
+        },
+    )
+    return {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
+
+
 class Completion(StrEnum):
     COMPLETED = "completed"
     REQUEUED = "requeued"  # the revision changed while it ran: back to pending
@@ -70,27 +139,87 @@ class Done:
     result: Mapping[str, Any] | None = None
 
 
-async def complete_many(conn: Connection, done: Sequence[Done]) -> dict[uuid.UUID, Completion]:
-    """Complete many claimed jobs with one statement (plus one for changed revisions)."""
-    if not done:
+@dataclass(slots=True)
+class Settled:
+    """What recording finished jobs did: per job, and the parents that ended with them."""
+
+    statuses: dict[uuid.UUID, Completion] = field(default_factory=dict)
+    parents_ended: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+async def lock_parents(conn: Connection, parent_ids: Sequence[uuid.UUID]) -> None:
+    """Lock waiting parents (id order) before a child's terminal write; needs a transaction."""
+    if parent_ids:
+        await conn.execute(_QUERIES.lock_parents, {"ids": sorted(set(parent_ids))})
+
+
+async def reconcile_parents(
+    conn: Connection, parent_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """End the given waiting parents whose children are all terminal; returns the parents
+    ended and their status. Call after `lock_parents` in the same transaction."""
+    if not parent_ids:
         return {}
     cursor = await conn.execute(
-        _QUERIES.complete_jobs,
+        _QUERIES.reconcile_parents,
         {
-            "ids": [d.job.id for d in done],
-            "claim_tokens": [d.job.claim_token for d in done],
-            "revisions": [d.job.revision for d in done],
-            "results": [None if d.result is None else json.dumps(d.result) for d in done],
+            "ids": sorted(set(parent_ids)),
+            "parent_types": sorted(PARENT_TYPES),
+            "dispatch_types": sorted(DISPATCH_TYPES),
         },
     )
-    completed = {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
-    outcome = dict.fromkeys(completed, Completion.COMPLETED)
-    rest = [d.job for d in done if d.job.id not in completed]
-    if rest:
-        requeued = await _requeue(conn, rest)
-        for job in rest:
-            outcome[job.id] = Completion.REQUEUED if job.id in requeued else Completion.LOST
-    return outcome
+    return {cast(uuid.UUID, r["id"]): str(r["status"]) for r in await cursor.fetchall()}
+
+
+async def settle_many(
+    conn: Connection,
+    done: Sequence[Done],
+    *,
+    failpoints: Failpoints = NO_FAILPOINTS,
+    outputs: OutputWriter | None = None,
+) -> Settled:
+    """Complete many claimed jobs (one statement, plus one for changed revisions) and
+    reconcile the parents of those that completed, in one transaction.
+
+    `outputs` (for a single job) runs after the completion matched and before the parent
+    is reconciled, so children it creates are counted.
+    """
+    settled = Settled()
+    if not done:
+        return settled
+    parents = [d.job.parent_id for d in done if d.job.parent_id is not None]
+    async with _transaction(conn, needed=bool(parents) or outputs is not None):
+        await lock_parents(conn, parents)
+        cursor = await conn.execute(
+            _QUERIES.complete_jobs,
+            {
+                "ids": [d.job.id for d in done],
+                "claim_tokens": [d.job.claim_token for d in done],
+                "revisions": [d.job.revision for d in done],
+                "results": [None if d.result is None else json.dumps(d.result) for d in done],
+            },
+        )
+        completed = {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
+        settled.statuses.update(dict.fromkeys(completed, Completion.COMPLETED))
+        rest = [d.job for d in done if d.job.id not in completed]
+        if rest:
+            requeued = await _requeue(conn, rest)
+            for job in rest:
+                settled.statuses[job.id] = (
+                    Completion.REQUEUED if job.id in requeued else Completion.LOST
+                )
+        if outputs is not None and completed:
+            await outputs(conn)
+        ended = [d.job.parent_id for d in done if d.job.parent_id and d.job.id in completed]
+        if ended:
+            failpoints.hit("child.before_reconcile")
+            settled.parents_ended = await reconcile_parents(conn, ended)
+    return settled
+
+
+async def complete_many(conn: Connection, done: Sequence[Done]) -> dict[uuid.UUID, Completion]:
+    """Complete many claimed jobs with one statement (plus one for changed revisions)."""
+    return (await settle_many(conn, done)).statuses
 
 
 async def _requeue(conn: Connection, jobs: Sequence[ClaimedJob]) -> set[uuid.UUID]:
@@ -107,6 +236,7 @@ async def complete_fenced(
     *,
     result: Mapping[str, Any] | None,
     outputs: OutputWriter | None,
+    failpoints: Failpoints = NO_FAILPOINTS,
 ) -> Completion:
     """Complete one job and write its business outputs in ONE transaction.
 
@@ -115,13 +245,14 @@ async def complete_fenced(
     changed the job goes back to pending and the outputs are dropped. Raises `LeaseLost`
     when the claim no longer holds the job; an error in `outputs` rolls everything back.
     """
-    async with pool.connection() as conn, conn.transaction():
-        status = (await complete_many(conn, [Done(job, result)]))[job.id]
-        if status is Completion.LOST:
-            raise LeaseLost(job.id, "complete")
-        if status is Completion.COMPLETED and outputs is not None:
-            await outputs(conn)
-        return status
+    async with pool.connection() as conn:
+        settled = await settle_many(
+            conn, [Done(job, result)], failpoints=failpoints, outputs=outputs
+        )
+    status = settled.statuses[job.id]
+    if status is Completion.LOST:
+        raise LeaseLost(job.id, "complete")
+    return status
 
 
 async def retry_later(conn: Connection, job: ClaimedJob, *, delay_s: float, error: str) -> None:
@@ -134,23 +265,38 @@ async def retry_later(conn: Connection, job: ClaimedJob, *, delay_s: float, erro
         raise LeaseLost(job.id, "retry")
 
 
-async def fail(conn: Connection, job: ClaimedJob, *, kind: FailureKind, error: str) -> None:
-    """End the job `failed` with `kind`. Raises `LeaseLost`."""
-    cursor = await conn.execute(
-        _QUERIES.fail_job,
-        {
-            "id": job.id,
-            "claim_token": job.claim_token,
-            "failure_kind": str(kind),
-            "error": error[:4000],
-        },
-    )
-    if await cursor.fetchone() is None:
-        raise LeaseLost(job.id, "fail")
+async def fail(
+    conn: Connection,
+    job: ClaimedJob,
+    *,
+    kind: FailureKind,
+    error: str,
+    failpoints: Failpoints = NO_FAILPOINTS,
+) -> dict[uuid.UUID, str]:
+    """End the job `failed` with `kind` (and reconcile its parent in the same transaction);
+    returns the parents that ended. Raises `LeaseLost`."""
+    async with _transaction(conn, needed=job.parent_id is not None):
+        if job.parent_id is not None:
+            await lock_parents(conn, [job.parent_id])
+        cursor = await conn.execute(
+            _QUERIES.fail_job,
+            {
+                "id": job.id,
+                "claim_token": job.claim_token,
+                "failure_kind": str(kind),
+                "error": error[:4000],
+            },
+        )
+        if await cursor.fetchone() is None:
+            raise LeaseLost(job.id, "fail")
+        if job.parent_id is None:
+            return {}
+        failpoints.hit("child.before_reconcile")
+        return await reconcile_parents(conn, [job.parent_id])
 
 
 async def release(conn: Connection, job: ClaimedJob) -> None:
-    """Give the job back (pending now, attempt undone). Raises `LeaseLost`."""
+    """Give the job back (pending now, attempt undone, workers woken). Raises `LeaseLost`."""
     cursor = await conn.execute(
         _QUERIES.release_job, {"id": job.id, "claim_token": job.claim_token}
     )
@@ -159,9 +305,63 @@ async def release(conn: Connection, job: ClaimedJob) -> None:
 
 
 async def rescue_expired(conn: Connection, *, limit: int = 1000) -> dict[uuid.UUID, str]:
-    """Expired leases: back to pending with attempts left, else `failed` / lease_expired.
+    """Expired leases: back to pending with attempts left, else `failed` / lease_expired
+    (reconciling the parents of children that failed, parents locked first).
 
     Returns the new status of every rescued job.
     """
-    cursor = await conn.execute(_QUERIES.rescue_expired_jobs, {"limit": limit})
-    return {cast(uuid.UUID, row["id"]): str(row["status"]) for row in await cursor.fetchall()}
+    async with _transaction(conn):
+        cursor = await conn.execute(_QUERIES.lock_expired_parents)
+        locked = [cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()]
+        cursor = await conn.execute(
+            _QUERIES.rescue_expired_jobs, {"limit": limit, "locked_parents": locked}
+        )
+        rows = await cursor.fetchall()
+        failed_parents = [
+            cast(uuid.UUID, r["parent_id"])
+            for r in rows
+            if r["parent_id"] is not None and r["status"] == "failed"
+        ]
+        await reconcile_parents(conn, failed_parents)
+    return {cast(uuid.UUID, row["id"]): str(row["status"]) for row in rows}
+
+
+async def reconcile_stale_parents(conn: Connection, *, limit: int = 500) -> dict[uuid.UUID, str]:
+    """The periodic repair: end waiting parents with no active child left."""
+    async with _transaction(conn):
+        cursor = await conn.execute(
+            _QUERIES.lock_stale_parents,
+            {"parent_types": sorted(PARENT_TYPES), "limit": limit},
+        )
+        ids = [cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()]
+        return await reconcile_parents(conn, ids)
+
+
+async def cancel(conn: Connection, job_id: uuid.UUID) -> dict[str, Any] | None:
+    """Cancel an active job, its active children, and reconcile its parent, in one
+    transaction (parent locked first). Returns the cancelled row, or None when the job was
+    not active."""
+    async with _transaction(conn):
+        cursor = await conn.execute(_QUERIES.get_parent_id, {"id": job_id})
+        found = await cursor.fetchone()
+        if found is None:
+            return None
+        parent_id = cast(uuid.UUID | None, found["parent_id"])
+        if parent_id is not None:
+            await lock_parents(conn, [parent_id])
+        cursor = await conn.execute(_QUERIES.cancel_job, {"id": job_id})
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        await conn.execute(_QUERIES.cancel_children, {"id": job_id})
+        if parent_id is not None:
+            await reconcile_parents(conn, [parent_id])
+    return dict(row)
+
+
+async def prune_finished(conn: Connection, *, retention_s: float, limit: int = 1000) -> int:
+    """Delete finished top-level jobs older than `retention_s` (children go with them)."""
+    cursor = await conn.execute(
+        _QUERIES.prune_finished_jobs, {"retention_s": retention_s, "limit": limit}
+    )
+    return len(await cursor.fetchall())

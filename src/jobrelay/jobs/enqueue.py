@@ -8,6 +8,10 @@ through `INSERT ... ON CONFLICT`, never by reading first.
 
 A bulk call folds requests with the same (type, dedupe key) before the statement: a
 multi-row `ON CONFLICT DO UPDATE` that meets one key twice fails with a cardinality error.
+
+A parent type (`JobRole.PARENT`, e.g. `ccip.batch`) is stored waiting (`available_at =
+9999-12-31`, never claimed) and its `on_create` children (its dispatch job) are enqueued in
+the same transaction: a parent is never visible without its dispatch (invariant 12).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any, LiteralString, cast
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput, Paused
-from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome
+from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome, JobRole
 from jobrelay.ids import new_uuid
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued
 from jobrelay.jobs.registry import JobType, Registry, payload_json
 
@@ -56,10 +61,12 @@ class _Row:
     dedupe_key: str | None
     revision: int
     source_key: str | None
+    concurrency_class: str
     priority: int
     max_attempts: int
-    delay_s: float
+    delay_s: float | None  # None: never available (a waiting parent)
     parent_id: uuid.UUID | None
+    model: Any = None
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -69,11 +76,18 @@ class _Row:
 class Enqueuer:
     """Validates requests against the registry and writes them with the policy statements."""
 
-    def __init__(self, registry: Registry, *, payload_limit_bytes: int) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        payload_limit_bytes: int,
+        failpoints: Failpoints = NO_FAILPOINTS,
+    ) -> None:
         if payload_limit_bytes < 1:
             raise ValueError(f"payload_limit_bytes must be >= 1, got {payload_limit_bytes}")
         self._registry = registry
         self._limit = payload_limit_bytes
+        self._failpoints = failpoints
 
     def prepare(self, request: EnqueueRequest, *, path: str = "") -> _Row:
         """Validate one request; raises `InvalidInput` naming the field."""
@@ -111,16 +125,21 @@ class Enqueuer:
             dedupe_key=job_type.dedupe_key(model),
             revision=job_type.revision(model),
             source_key=job_type.source_key(model),
+            concurrency_class=str(job_type.class_for(model)),
             priority=job_type.priority if request.priority is None else request.priority,
             max_attempts=max_attempts,
-            delay_s=max(0.0, request.delay_s),
+            delay_s=None if job_type.role is JobRole.PARENT else max(0.0, request.delay_s),
             parent_id=request.parent_id,
+            model=model,
         )
 
     async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
         """Enqueue one job in the caller's connection (and transaction, if one is open)."""
         row = self.prepare(request)
-        return (await self._write(conn, [row]))[0]
+        if row.job_type.on_create is None:
+            return (await self._write(conn, [row]))[0]
+        async with conn.transaction():
+            return (await self._write(conn, [row]))[0]
 
     async def enqueue_many(
         self, conn: Connection, requests: Sequence[EnqueueRequest]
@@ -142,7 +161,12 @@ class Enqueuer:
         if not rows:
             return []
         folded, owner = _fold(rows)
-        if len(folded) == len(rows) and len({r.job_type.policy for r in rows}) == 1:
+        with_children = any(r.job_type.on_create is not None for r in rows)
+        if (
+            not with_children
+            and len(folded) == len(rows)
+            and len({r.job_type.policy for r in rows}) == 1
+        ):
             written = await self._write(conn, folded)
         else:
             async with conn.transaction():
@@ -169,7 +193,27 @@ class Enqueuer:
         for policy, group in by_policy.items():
             for merge_field, part in _merge_groups(policy, group).items():
                 results.update(await _write_policy(conn, policy, merge_field, part))
+        await self._write_children(conn, rows, results)
         return [results[row.id] for row in rows]
+
+    async def _write_children(
+        self, conn: Connection, rows: list[_Row], results: dict[uuid.UUID, Enqueued]
+    ) -> None:
+        """The `on_create` children of newly created parents, in the caller's transaction."""
+        children: list[_Row] = []
+        for row in rows:
+            on_create = row.job_type.on_create
+            result = results[row.id]
+            if on_create is None or result.outcome is not EnqueueOutcome.CREATED:
+                continue
+            for child_type, payload in on_create(row.model):
+                request = EnqueueRequest(child_type, payload, parent_id=result.id)
+                children.append(self.prepare(request))
+        if not children:
+            return
+        self._failpoints.hit("batch.after_parent")
+        await self._write(conn, children)
+        self._failpoints.hit("batch.after_dispatch")
 
 
 def _merge_groups(policy: ConflictPolicy, rows: list[_Row]) -> dict[str | None, list[_Row]]:
@@ -203,7 +247,7 @@ async def _write_policy(
             "dedupe_keys": [r.dedupe_key for r in todo],
             "revisions": [r.revision for r in todo],
             "source_keys": [r.source_key for r in todo],
-            "classes": [str(r.job_type.concurrency_class) for r in todo],
+            "classes": [r.concurrency_class for r in todo],
             "priorities": [r.priority for r in todo],
             "max_attempts": [r.max_attempts for r in todo],
             "delays_s": [r.delay_s for r in todo],

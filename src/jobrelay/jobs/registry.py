@@ -11,7 +11,7 @@ API build it at startup, and a test builds it too.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from jobrelay.domain.errors import FieldError, InvalidInput
-from jobrelay.domain.jobs import ConcurrencyClass, ConflictPolicy, Outcome
+from jobrelay.domain.jobs import ConcurrencyClass, ConflictPolicy, JobRole, Outcome
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.models import ClaimedJob
 
@@ -34,8 +34,16 @@ KNOWN_TYPES: frozenset[str] = frozenset(
         "diag.noop",
         "diag.sleep",
         "diag.fail",
+        "ccip.batch",
+        "ccip.dispatch",
+        "ccip.item",
     }
 )
+# Parents wait (pending, never claimed) until their children are terminal; dispatch children
+# create the other children and are not counted as items. Reconciliation (jobs/claims.py)
+# uses these sets; the registry checks that the entries' roles agree.
+PARENT_TYPES: frozenset[str] = frozenset({"ccip.batch"})
+DISPATCH_TYPES: frozenset[str] = frozenset({"ccip.dispatch"})
 DIAG_PREFIX = "diag."
 
 
@@ -77,6 +85,14 @@ def _first_revision(_: Any) -> int:
     return 1
 
 
+def _no_class(_: Any) -> ConcurrencyClass | None:
+    return None
+
+
+# A child job created with its parent, in the same transaction: (type, payload).
+ChildSpec = tuple[str, Mapping[str, Any]]
+
+
 @dataclass(frozen=True)
 class JobType(Generic[P]):
     """Everything the engine knows about one job type.
@@ -85,6 +101,9 @@ class JobType(Generic[P]):
     `revision`: the request revision stored on the row (supersede compares it; merge bumps it).
     `merge_field`: for policy merge, the JSON name of the list that is unioned.
     `source_key`: the serialization key (at most one running job per key).
+    `class_of`: a payload-specific concurrency class (None: `concurrency_class`).
+    `role`: ordinary job, waiting parent or dispatch child (invariant 12).
+    `on_create`: for a parent, the children created with it in the same transaction.
     """
 
     name: str
@@ -98,6 +117,12 @@ class JobType(Generic[P]):
     concurrency_class: ConcurrencyClass = ConcurrencyClass.DEFAULT
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     priority: int = 0
+    class_of: Callable[[P], ConcurrencyClass | None] = _no_class
+    role: JobRole = JobRole.JOB
+    on_create: Callable[[P], Sequence[ChildSpec]] | None = None
+
+    def class_for(self, payload: P) -> ConcurrencyClass:
+        return self.class_of(payload) or self.concurrency_class
 
 
 def _literal_tag(model: type[BaseModel]) -> str | None:
@@ -122,6 +147,17 @@ def _check_entry(entry: JobType[Any]) -> list[str]:
             f"job type {name!r}: its payload model must declare type: Literal[{name!r}] "
             f"(found {tag!r})"
         )
+    expected_role = (
+        JobRole.PARENT
+        if name in PARENT_TYPES
+        else JobRole.DISPATCH
+        if name in DISPATCH_TYPES
+        else JobRole.JOB
+    )
+    if entry.role is not expected_role:
+        problems.append(f"job type {name!r} has role {entry.role!r}, expected {expected_role!r}")
+    if entry.role is JobRole.PARENT and entry.on_create is None:
+        problems.append(f"parent job type {name!r} creates no children (on_create)")
     if entry.policy is ConflictPolicy.MERGE:
         aliases = {
             (info.alias or key): info for key, info in entry.payload_model.model_fields.items()

@@ -14,7 +14,9 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
 from jobrelay.domain.jobs import JobStatus
+from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued, Job, JobPage, MediaStatus
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
@@ -28,6 +30,7 @@ class JobsService:
     pool: AsyncConnectionPool[Connection]
     registry: Registry
     enqueuer: Enqueuer
+    failpoints: Failpoints = NO_FAILPOINTS
 
     async def enqueue(self, request: EnqueueRequest, *, conn: Connection | None = None) -> Enqueued:
         """Enqueue one job; pass `conn` to make it part of the caller's transaction."""
@@ -78,14 +81,14 @@ class JobsService:
         return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
 
     async def cancel(self, job_id: uuid.UUID) -> Job:
-        """Cancel a pending or running job (a running handler loses its lease).
+        """Cancel a pending or running job (a running handler loses its lease), with its
+        active children; a child's parent is reconciled in the same transaction.
 
         Cancelling a cancelled job returns it unchanged; a completed or failed one is a
         `Conflict`.
         """
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(_QUERIES.cancel_job, {"id": job_id})
-            row = await cursor.fetchone()
+            row = await claims.cancel(conn, job_id)
         if row is not None:
             return Job.from_row(row)
         job = await self.get(job_id)
@@ -132,4 +135,6 @@ class JobsService:
         return statuses
 
     def worker(self, config: WorkerConfig) -> Worker:
-        return Worker(pool=self.pool, registry=self.registry, config=config)
+        return Worker(
+            pool=self.pool, registry=self.registry, config=config, failpoints=self.failpoints
+        )

@@ -1,23 +1,27 @@
-"""The jobs worker: claim, run, heartbeat, settle (DESIGN.md section 3).
+"""The jobs worker: claim, run, heartbeat, settle, shut down (DESIGN.md section 3).
 
-One `Worker` per process runs three loops of the same shape (keyword-only validated
-construction, `start`/`stop`, named tasks, log-and-continue):
+One `Worker` per process. Its loops share one shape (validated keyword-only construction,
+`start`/`stop`, named tasks, log-and-continue; see `jobs/maintenance.py`):
 
-* `jobrelay-worker-claim`: in one transaction, records the jobs finished since the last
-  cycle (ONE `complete_jobs` statement for the batch) and claims up to the free slots (ONE
-  `claim_jobs` statement); runs each job in its own task; waits for a free slot, or for the
-  poll interval when nothing was available. One commit per cycle, not two per job.
-* `jobrelay-worker-flush`: records finished jobs (same batched statement) while the claim
-  loop is idle or stopping, so a completion never waits for the next claim;
-* `jobrelay-worker-rescue`: reclaims expired leases of any worker.
+* `jobrelay-worker-claim`: in ONE transaction, records the jobs finished since the last
+  cycle (one batched `complete_jobs` statement, parents reconciled in the same
+  transaction) and claims, per concurrency class, as many jobs as that class has free
+  slots (one `claim_jobs` statement; global caps and per-source serialization are enforced
+  there). It then runs each job in its own task and waits until a slot frees, a
+  notification arrives (LISTEN/NOTIFY on enqueue) or the poll interval passes.
+* `jobrelay-worker-flush`: records finished jobs while the claim loop is idle or stopping.
+* `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
+  the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
+* `NotifyListener`, `LeaseRescuer`, `ParentReconciler`, `Pruner`: see `maintenance.py`.
 
-Each running job has one heartbeat (started after a third of the lease, so short jobs never
-pay for it). A heartbeat that matches no row means the lease is lost: the heartbeat cancels
-the handler's task and nothing more is written for that claim. Jobs with fenced outputs
-are completed one by one in a transaction with their outputs (`claims.complete_fenced`).
+Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, let running jobs
+finish for `shutdown_grace_s`, then cancel the rest and release their claims (pending at
+once, attempt undone, workers notified) so another worker takes them without waiting for
+the lease; record every completion; stop the loops.
 
-The later worker issue adds per-class slots, global caps, parents, LISTEN/NOTIFY and a
-graceful drain: `WorkerConfig.classes`, `_free_slots` and `_claim_once` are the seams.
+An unexpected exception from a handler is classified (`domain.retry.classify`: retryable
+unless it is a known permanent kind), recorded with its message in `last_error`, and the
+worker keeps running.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -42,6 +48,16 @@ from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import ALL_CLASSES, Completion, Done
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
+from jobrelay.jobs.maintenance import (
+    LeaseKeeper,
+    LeaseRescuer,
+    Loop,
+    NotifyListener,
+    ParentReconciler,
+    Pruner,
+)
+from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.registry import JobContext, JobType, Registry
 
@@ -49,6 +65,7 @@ log = logging.getLogger("jobrelay.jobs.worker")
 T = TypeVar("T")
 _DEFAULT_POLICY = RetryPolicy()
 _FLUSH_MAX = 1000
+_DEFAULT_CONCURRENCY = 10
 
 
 def default_worker_id() -> str:
@@ -57,25 +74,86 @@ def default_worker_id() -> str:
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    concurrency: int = 10
+    """How one worker process runs jobs. Invalid values raise `ValueError` naming them.
+
+    `slots`: jobs run at once per concurrency class; a class without slots is not claimed.
+    Without `slots`, every class shares `concurrency` slots. `concurrency`: the total over
+    all classes (default: the sum of `slots`, else 10). `global_caps`: at most that many
+    running jobs of a class across ALL workers (every worker must use the same caps).
+    `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
+    `retention_s`: finished jobs older than this are pruned (None: never).
+    """
+
+    concurrency: int | None = None
+    slots: Mapping[str, int] | None = None
+    global_caps: Mapping[str, int] = field(default_factory=dict)
     lease_s: float = 30.0
-    poll_interval_s: float = 0.05
+    poll_interval_s: float = 0.25
     rescue_interval_s: float = 5.0
+    reconcile_interval_s: float = 10.0
+    prune_interval_s: float = 300.0
+    retention_s: float | None = 7 * 24 * 3600.0
     shutdown_grace_s: float = 10.0
-    classes: tuple[str, ...] = ALL_CLASSES
+    prefetch: int = 0
+    listen: bool = True
+    metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        for name in ("lease_s", "poll_interval_s", "rescue_interval_s"):
-            if getattr(self, name) <= 0:
+        slots = dict(self.slots) if self.slots is not None else None
+        for name, count in (slots or {}).items():
+            if name not in ALL_CLASSES:
+                raise ValueError(f"slots: unknown class {name!r} (known: {ALL_CLASSES})")
+            if count < 0:
+                raise ValueError(f"slots: {name}={count} must be >= 0")
+        if slots is not None and not any(slots.values()):
+            raise ValueError(f"slots: at least one class needs a slot, got {slots}")
+        concurrency = self.concurrency
+        if concurrency is None:
+            concurrency = sum(slots.values()) if slots else _DEFAULT_CONCURRENCY
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if slots is None:
+            slots = dict.fromkeys(ALL_CLASSES, concurrency)
+        object.__setattr__(self, "concurrency", concurrency)
+        object.__setattr__(self, "slots", {c: n for c, n in slots.items() if n > 0})
+        for name, cap in self.global_caps.items():
+            if name not in ALL_CLASSES:
+                raise ValueError(f"global_caps: unknown class {name!r} (known: {ALL_CLASSES})")
+            if cap < 1:
+                raise ValueError(f"global_caps: {name}={cap} must be >= 1")
+        object.__setattr__(self, "global_caps", dict(self.global_caps))
+        for name in (
+            "lease_s",
+            "poll_interval_s",
+            "rescue_interval_s",
+            "reconcile_interval_s",
+            "prune_interval_s",
+        ):
+            if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.retention_s is not None and not self.retention_s > 0:
+            raise ValueError(f"retention_s must be > 0 or None, got {self.retention_s}")
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
-        unknown = set(self.classes) - set(ALL_CLASSES)
-        if not self.classes or unknown:
-            raise ValueError(f"classes must be a non-empty subset of {ALL_CLASSES}: {unknown}")
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+
+    @property
+    def class_slots(self) -> dict[str, int]:
+        assert self.slots is not None  # set by __post_init__
+        return dict(self.slots)
+
+    @property
+    def total_slots(self) -> int:
+        assert self.concurrency is not None  # set by __post_init__
+        return self.concurrency
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(sorted(self.class_slots))
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -93,14 +171,18 @@ class WorkerStats:
     failed: int = 0
     lease_lost: int = 0
     released: int = 0
-    rescued: int = 0
     errors: int = 0
+    claim_races: int = 0
+    parents_ended: int = 0
 
 
 @dataclass(slots=True)
-class _Lease:
+class _Run:
+    job: ClaimedJob
+    task: asyncio.Task[None] | None = None
+    started: bool = False
+    settling: bool = False
     lost: bool = False
-    heartbeat: asyncio.Task[None] | None = None
 
 
 class Worker:
@@ -113,35 +195,70 @@ class Worker:
         registry: Registry,
         config: WorkerConfig,
         jitter: Callable[[], float] = random.random,
+        failpoints: Failpoints = NO_FAILPOINTS,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._pool = pool
         self._registry = registry
         self.config = config
         self._jitter = jitter
+        self._failpoints = failpoints
+        self.metrics = metrics or WorkerMetrics()
+        self.metrics_port: int | None = None
         self.stats = WorkerStats()
-        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._task_jobs: dict[asyncio.Task[None], uuid.UUID] = {}
-        self._wake = asyncio.Event()  # a slot freed, or stop requested
+        self._runs: dict[uuid.UUID, _Run] = {}
+        self._busy: Counter[str] = Counter()  # slots taken per class (running + held)
+        self._backlog: list[ClaimedJob] = []  # claimed ahead (prefetch), not started
+        self._wake = asyncio.Event()  # a slot freed, a notification, or stop requested
         self._stop_requested = asyncio.Event()
         self._flush_needed = asyncio.Event()
         self._done: list[Done] = []
         self._closing = False
         self._claim_idle = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.keeper = LeaseKeeper(
+            pool=pool, lease_s=config.lease_s, held=self._held, lost=self._lease_lost
+        )
+        conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
+        self._listen = config.listen and bool(conninfo)
+        self.listener = NotifyListener(conninfo=conninfo, notified=self._wake.set, retry_s=1.0)
+        self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
+        self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
+        self.pruner: Pruner | None = None
+        if config.retention_s is not None:
+            self.pruner = Pruner(
+                pool=pool, interval_s=config.prune_interval_s, retention_s=config.retention_s
+            )
 
     @property
     def worker_id(self) -> str:
         return self.config.worker_id
 
+    def _loops(self) -> list[Loop]:
+        loops: list[Loop] = [self.keeper, self.rescuer, self.reconciler]
+        if self._listen:
+            loops.append(self.listener)
+        if self.pruner is not None:
+            loops.append(self.pruner)
+        return loops
+
     async def start(self) -> None:
         if self._tasks:
             raise RuntimeError("worker already started")
+        if self.config.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.config.metrics_port)
+        for loop in self._loops():
+            await loop.start()
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="jobrelay-worker-claim"),
             asyncio.create_task(self._flush_loop(), name="jobrelay-worker-flush"),
-            asyncio.create_task(self._rescue_loop(), name="jobrelay-worker-rescue"),
         ]
-        log.info("worker %s started (concurrency %d)", self.worker_id, self.config.concurrency)
+        log.info(
+            "worker %s started (slots %s, global caps %s)",
+            self.worker_id,
+            self.config.class_slots,
+            self.config.global_caps or "none",
+        )
 
     async def stop(self) -> None:
         """Stop claiming, let running jobs finish for `shutdown_grace_s`, release the rest,
@@ -150,19 +267,22 @@ class Worker:
             return
         self._stop_requested.set()
         self._wake.set()
-        claim_task, flush_task, rescue_task = self._tasks
+        claim_task, flush_task = self._tasks
         await asyncio.gather(claim_task, return_exceptions=True)
-        running = list(self._running.values())
+        await self._release_backlog()
+        running = [run.task for run in self._runs.values() if run.task is not None]
         if running:
             _, late = await asyncio.wait(running, timeout=self.config.shutdown_grace_s)
-            for task in late:
-                task.cancel()
+            for run in list(self._runs.values()):
+                if run.task in late and not run.settling:
+                    run.task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         self._closing = True
         self._flush_needed.set()
         await asyncio.gather(flush_task, return_exceptions=True)
-        rescue_task.cancel()
-        await asyncio.gather(rescue_task, return_exceptions=True)
+        for loop in reversed(self._loops()):
+            await loop.stop()
+        self.metrics.close()
         self._tasks = []
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
 
@@ -175,43 +295,66 @@ class Worker:
 
     # -- claim loop --------------------------------------------------------------------
 
-    def _free_slots(self) -> int:
-        return self.config.concurrency - len(self._running)
+    def _free(self) -> tuple[dict[str, int], int]:
+        """Free slots per class and in all, plus what may be claimed ahead (prefetch)."""
+        ahead = self.config.prefetch - len(self._backlog)
+        total = self.config.total_slots - sum(self._busy.values()) + max(ahead, 0)
+        limits = {
+            c: n - self._busy[c] + max(ahead, 0)
+            for c, n in self.config.class_slots.items()
+            if n - self._busy[c] + max(ahead, 0) > 0
+        }
+        return limits, min(total, sum(limits.values()))
 
-    async def _claim_once(self, limit: int) -> list[ClaimedJob]:
-        """Record the completions buffered so far and claim up to `limit` jobs, in ONE
-        transaction (one commit per cycle instead of two). On error the completions go back
-        to the buffer; they are CAS writes, so writing them again later is safe."""
+    async def _claim_once(self, limits: dict[str, int], total: int) -> list[ClaimedJob]:
+        """Record the completions buffered so far and claim up to the free slots, in ONE
+        transaction (one commit per cycle). On error the completions go back to the
+        buffer; they are CAS writes, so writing them again later is safe."""
         done, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
+        started = time.perf_counter()
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                statuses = await claims.complete_many(conn, done) if done else {}
+                settled = (
+                    await claims.settle_many(conn, done, failpoints=self._failpoints)
+                    if done
+                    else None
+                )
                 jobs = await claims.claim(
                     conn,
                     worker_id=self.worker_id,
-                    limit=limit,
+                    limit=total,
+                    limits=limits,
+                    caps=self.config.global_caps,
                     lease_s=self.config.lease_s,
-                    classes=self.config.classes,
                 )
         except BaseException:
             self._done[:0] = done
             raise
-        for status in statuses.values():
-            self._count(status)
+        self.metrics.claim_latency.observe(time.perf_counter() - started)
+        if settled is not None:
+            self._count_settled(done, settled)
         return jobs
 
     async def _claim_loop(self) -> None:
         errors = 0
         while not self._stop_requested.is_set():
-            free = self._free_slots()
-            if free <= 0:
+            limits, total = self._free()
+            if total <= 0:
                 self._wake.clear()
-                if self._free_slots() <= 0 and not self._stop_requested.is_set():
+                if self._free()[1] <= 0 and not self._stop_requested.is_set():
                     await self._wake.wait()
                 continue
+            self._wake.clear()
             try:
-                jobs = await self._claim_once(free)
-            except Exception:
+                jobs = await self._claim_once(limits, total)
+            except Exception as exc:
+                if claims.is_claim_race(exc):
+                    # Another claimer committed a job of the same source (or slot) after
+                    # this statement's snapshot; the unique index refused ours. Retry.
+                    self.stats.claim_races += 1
+                    log.debug("claim lost a race on %s; retrying", exc)
+                    await asyncio.sleep(0)
+                    continue
                 errors += 1
                 self.stats.errors += 1
                 log.exception("claim failed (%d in a row); retrying", errors)
@@ -220,38 +363,95 @@ class Worker:
             errors = 0
             self.stats.claimed += len(jobs)
             for job in jobs:
-                self._spawn(job)
-            if len(jobs) < free:
+                self.metrics.claimed.labels(job.type).inc()
+                self._busy[job.concurrency_class] += 1
+                self._backlog.append(job)
+            self._start_backlog()
+            if len(jobs) < total:
                 if self._done:
                     self._flush_needed.set()  # idle: record completions without waiting
                 await self._pause(self.config.poll_interval_s)
 
     async def _pause(self, timeout_s: float) -> None:
-        """Sleep `timeout_s` unless stopped meanwhile; completions are flushed meanwhile."""
+        """Wait `timeout_s`, or less when a slot frees, a notification arrives or stop is
+        requested; completions are flushed meanwhile."""
         self._claim_idle = True
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_requested.wait(), timeout_s)
+                await asyncio.wait_for(self._wake.wait(), timeout_s)
         finally:
             self._claim_idle = False
 
-    def _spawn(self, job: ClaimedJob) -> None:
-        task = asyncio.create_task(self._process(job), name=f"job:{job.type}:{job.id}")
-        self._running[job.id] = task
-        self._task_jobs[task] = job.id
-        task.add_done_callback(self._finished)
+    def _start_backlog(self) -> None:
+        """Start held jobs while their class has a running slot free."""
+        running: Counter[str] = Counter(
+            r.job.concurrency_class for r in self._runs.values() if r.started
+        )
+        slots = self.config.class_slots
+        waiting: list[ClaimedJob] = []
+        total_running = sum(running.values())
+        for job in self._backlog:
+            cls = job.concurrency_class
+            if running[cls] < slots.get(cls, 0) and total_running < self.config.total_slots:
+                running[cls] += 1
+                total_running += 1
+                self._spawn(job)
+            else:
+                waiting.append(job)
+        self._backlog = waiting
+        for job in waiting:  # held jobs are heartbeated too
+            self._runs.setdefault(job.id, _Run(job))
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        job_id = self._task_jobs.pop(task, None)
-        if job_id is not None:
-            self._running.pop(job_id, None)
+    async def _release_backlog(self) -> None:
+        backlog, self._backlog = self._backlog, []
+        for job in backlog:
+            await self._release(job)
+            self._runs.pop(job.id, None)
+            self._busy[job.concurrency_class] -= 1
+
+    def _spawn(self, job: ClaimedJob) -> None:
+        run = self._runs.get(job.id) or _Run(job)
+        run.started = True
+        run.task = asyncio.create_task(self._process(run), name=f"job:{job.type}:{job.id}")
+        self._runs[job.id] = run
+        self.metrics.running.labels(job.concurrency_class).inc()
+        run.task.add_done_callback(lambda _: self._finished(run))
+
+    def _finished(self, run: _Run) -> None:
+        if self._runs.pop(run.job.id, None) is not None:
+            self._busy[run.job.concurrency_class] -= 1
+            self.metrics.running.labels(run.job.concurrency_class).dec()
+        if self._backlog and not self._stop_requested.is_set():
+            self._start_backlog()
         self._wake.set()
+
+    # -- leases ------------------------------------------------------------------------
+
+    def _held(self) -> list[ClaimedJob]:
+        return [r.job for r in self._runs.values() if not r.settling and not r.lost]
+
+    def _lease_lost(self, job_id: uuid.UUID) -> None:
+        run = self._runs.get(job_id)
+        if run is None or run.settling or run.lost:
+            return  # finished meanwhile: its own write decides
+        run.lost = True
+        log.warning("job %s: lease lost, stopping its handler", job_id)
+        if run.task is not None:
+            run.task.cancel()
+        else:  # held, not started: just forget it
+            self._backlog = [j for j in self._backlog if j.id != job_id]
+            self._runs.pop(job_id, None)
+            self._busy[run.job.concurrency_class] -= 1
+            self.stats.lease_lost += 1
+            self.metrics.lease_lost.inc()
 
     # -- one job -----------------------------------------------------------------------
 
-    async def _process(self, job: ClaimedJob) -> None:
+    async def _process(self, run: _Run) -> None:
+        job = run.job
         job_type = self._registry.get(job.type)
         if job_type is None:
+            run.settling = True
             await self._settle(job, None, Fail(f"unknown job type {job.type!r}"))
             return
         try:
@@ -260,61 +460,41 @@ class Worker:
             details = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
+            run.settling = True
             await self._settle(job, job_type, Fail(f"invalid payload: {details}"))
             return
         assert job_type.handler is not None  # the registry refuses entries without one
-        lease = _Lease()
-        me = asyncio.current_task()
-        assert me is not None
-        timer = asyncio.get_running_loop().call_later(
-            self.config.heartbeat_interval_s, self._start_heartbeat, job, me, lease
-        )
+        started = time.perf_counter()
         try:
             outcome: Outcome = await job_type.handler(JobContext(job, payload))
         except asyncio.CancelledError:
-            if lease.lost:
-                self.stats.lease_lost += 1
+            if run.lost:
+                self._count_lost()
                 log.warning("job %s: lease lost, handler stopped, nothing written", job.id)
                 return
-            await self._release_on_cancel(job)
+            await self._release(job)
             raise
         except Exception as exc:
             outcome = _outcome_of(exc)
+            log.warning("job %s (%s) raised: %s", job.id, job.type, exc, exc_info=True)
         finally:
-            timer.cancel()
-            if lease.heartbeat is not None:
-                lease.heartbeat.cancel()
-        if lease.lost:
-            self.stats.lease_lost += 1
+            self.metrics.handler_duration.labels(job.type).observe(time.perf_counter() - started)
+        run.settling = True
+        if run.lost:
+            self._count_lost()
             return
         await self._settle(job, job_type, outcome)
 
-    def _start_heartbeat(self, job: ClaimedJob, handler: asyncio.Task[Any], lease: _Lease) -> None:
-        lease.heartbeat = asyncio.create_task(
-            self._heartbeat_loop(job, handler, lease), name=f"heartbeat:{job.id}"
-        )
+    def _count_lost(self) -> None:
+        self.stats.lease_lost += 1
+        self.metrics.lease_lost.inc()
 
-    async def _heartbeat_loop(
-        self, job: ClaimedJob, handler: asyncio.Task[Any], lease: _Lease
-    ) -> None:
-        while True:
-            try:
-                async with self._pool.connection() as conn:
-                    await claims.heartbeat(conn, job, lease_s=self.config.lease_s)
-            except LeaseLost:
-                lease.lost = True
-                handler.cancel()
-                return
-            except Exception:
-                # The database may be briefly away; the lease decides, so keep trying.
-                log.warning("heartbeat of job %s failed; retrying", job.id, exc_info=True)
-            await asyncio.sleep(self.config.heartbeat_interval_s)
-
-    async def _release_on_cancel(self, job: ClaimedJob) -> None:
+    async def _release(self, job: ClaimedJob) -> None:
         try:
             async with self._pool.connection() as conn:
                 await claims.release(conn, job)
             self.stats.released += 1
+            self.metrics.released.inc()
         except Exception:
             log.warning("could not release job %s; its lease will expire", job.id, exc_info=True)
 
@@ -325,7 +505,7 @@ class Worker:
         try:
             await self._record(job, job_type, outcome)
         except LeaseLost as exc:
-            self.stats.lease_lost += 1
+            self._count_lost()
             log.warning("%s", exc)
         except Exception:
             self.stats.errors += 1
@@ -344,15 +524,20 @@ class Worker:
             try:
                 status = await self._with_db_retry(
                     lambda: claims.complete_fenced(
-                        self._pool, job, result=complete.result, outputs=complete.outputs
+                        self._pool,
+                        job,
+                        result=complete.result,
+                        outputs=complete.outputs,
+                        failpoints=self._failpoints,
                     )
                 )
             except (LeaseLost, psycopg.OperationalError):
                 raise
             except Exception as exc:  # the outputs failed: rolled back, now a failed attempt
+                log.warning("job %s: completing transaction failed: %s", job.id, exc)
                 await self._record_failure(job, job_type, _outcome_of(exc))
             else:
-                self._count(status)
+                self._count(job, status)
             return
         await self._record_failure(job, job_type, outcome)
 
@@ -369,28 +554,38 @@ class Worker:
                 jitter=self._jitter(),
                 delay_s=outcome.delay_s,
             )
-            error = outcome.error
         else:
             decision = GiveUp(FailureKind.PERMANENT)
-            error = outcome.error
+        error = outcome.error
         if isinstance(decision, RetryAfter):
             await self._with_db(
                 lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error)
             )
             self.stats.retried += 1
+            self.metrics.retried.labels(job.type).inc()
         else:
-            await self._with_db(
-                lambda conn: claims.fail(conn, job, kind=decision.kind, error=error)
+            ended = await self._with_db(
+                lambda conn: claims.fail(
+                    conn, job, kind=decision.kind, error=error, failpoints=self._failpoints
+                )
             )
             self.stats.failed += 1
+            self.stats.parents_ended += len(ended)
+            self.metrics.failed.labels(job.type).inc()
 
-    def _count(self, status: Completion) -> None:
+    def _count_settled(self, done: Sequence[Done], settled: claims.Settled) -> None:
+        for d in done:
+            self._count(d.job, settled.statuses[d.job.id])
+        self.stats.parents_ended += len(settled.parents_ended)
+
+    def _count(self, job: ClaimedJob, status: Completion) -> None:
         if status is Completion.COMPLETED:
             self.stats.completed += 1
+            self.metrics.completed.labels(job.type).inc()
         elif status is Completion.REQUEUED:
             self.stats.requeued += 1
         else:
-            self.stats.lease_lost += 1
+            self._count_lost()
 
     async def _with_db(self, action: Callable[[Connection], Awaitable[T]]) -> T:
         async def run() -> T:
@@ -430,7 +625,7 @@ class Worker:
                 self._flush_needed.set()
             try:
                 async with self._pool.connection() as conn:
-                    statuses = await claims.complete_many(conn, batch)
+                    settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
             except Exception:
                 errors += 1
                 self.stats.errors += 1
@@ -440,23 +635,7 @@ class Worker:
                 await asyncio.sleep(min(2.0, 0.05 * 2 ** min(errors, 6)))
                 continue
             errors = 0
-            for status in statuses.values():
-                self._count(status)
-
-    # -- lease rescue ------------------------------------------------------------------
-
-    async def _rescue_loop(self) -> None:
-        while True:
-            try:
-                async with self._pool.connection() as conn:
-                    rescued = await claims.rescue_expired(conn)
-                if rescued:
-                    self.stats.rescued += len(rescued)
-                    log.info("rescued %d jobs with expired leases", len(rescued))
-            except Exception:
-                self.stats.errors += 1
-                log.exception("lease rescue failed; retrying next interval")
-            await asyncio.sleep(self.config.rescue_interval_s)
+            self._count_settled(batch, settled)
 
 
 def _outcome_of(exc: BaseException) -> Retry | Fail:

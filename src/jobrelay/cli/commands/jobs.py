@@ -16,8 +16,16 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from jobrelay.bootstrap import Services, build_services, database, worker_config
+from jobrelay.bootstrap import (
+    Services,
+    WorkerConfig,
+    build_services,
+    database,
+    parse_slots,
+    worker_config,
+)
 from jobrelay.domain.errors import FieldError, InvalidInput
+from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import job_json
 from jobrelay.settings import Settings, load_settings
@@ -33,22 +41,50 @@ def register(app: typer.Typer) -> None:
 
 
 def worker_command(
+    slots: str | None = typer.Option(
+        None,
+        help="Jobs run at once per concurrency class, e.g. ai=2,default=8 "
+        "(default: JOBRELAY_WORKER_SLOTS). A class left out is not claimed.",
+    ),
     concurrency: int | None = typer.Option(
-        None, help="Jobs run at once (default: JOBRELAY_WORKER_CONCURRENCY)."
+        None,
+        help="Total jobs run at once; alone, every class shares them "
+        "(default: JOBRELAY_WORKER_CONCURRENCY, else the sum of the slots).",
+    ),
+    metrics_port: int | None = typer.Option(
+        None, help="Serve Prometheus /metrics on this port (0: any free port)."
+    ),
+    grace: float | None = typer.Option(
+        None, help="Seconds running jobs may finish on SIGTERM/SIGINT before being released."
     ),
 ) -> None:
     """Run a jobs worker until SIGINT/SIGTERM (running jobs finish or are released)."""
+    parsed = parse_slots(slots) if slots is not None else None
+    if concurrency is not None and concurrency < 1:
+        raise InvalidInput(
+            f"invalid --concurrency {concurrency}: must be >= 1",
+            [FieldError("--concurrency", "must be >= 1")],
+        )
     settings = load_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    try:
+        config = worker_config(
+            settings,
+            concurrency=concurrency,
+            slots=parsed,
+            metrics_port=metrics_port,
+            shutdown_grace_s=grace,
+        )
+    except ValueError as exc:
+        raise InvalidInput(str(exc), [FieldError("worker", str(exc))]) from None
     with database(settings) as dsn:
-        asyncio.run(_run_worker(settings, dsn, concurrency))
+        asyncio.run(_run_worker(settings, dsn, config))
 
 
-async def _run_worker(settings: Settings, dsn: str, concurrency: int | None) -> None:
-    config = worker_config(settings, concurrency=concurrency)
-    pool_max = max(settings.db_pool_max, min(config.concurrency + 4, 50))
+async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> None:
+    pool_max = max(settings.db_pool_max, min(config.total_slots + 6, 50))
     settings = settings.model_copy(update={"db_pool_max": pool_max})
     async with build_services(settings, dsn) as services:
         worker = services.jobs.worker(config)
@@ -56,8 +92,16 @@ async def _run_worker(settings: Settings, dsn: str, concurrency: int | None) -> 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        console.print(f"worker {worker.worker_id} running (concurrency {config.concurrency})")
-        await worker.run_until(stop)
+        await worker.start()
+        port = f", metrics on :{worker.metrics_port}" if worker.metrics_port is not None else ""
+        console.print(
+            f"worker {worker.worker_id} running (slots {format_class_counts(config.class_slots)}"
+            f", total {config.total_slots}{port})"
+        )
+        try:
+            await stop.wait()
+        finally:
+            await worker.stop()
         console.print(f"worker stopped: {worker.stats}")
 
 

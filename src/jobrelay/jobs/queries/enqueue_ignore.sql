@@ -26,7 +26,11 @@ written AS (
     )
     SELECT
         id, type, payload::jsonb, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, clock_timestamp() + make_interval(secs => delay_s), parent_id
+        max_attempts,
+        -- a NULL delay: a parent waiting for its children, never claimed (the end of time,
+        -- not 'infinity', which Python's datetime cannot hold)
+        coalesce(clock_timestamp() + make_interval(secs => delay_s), '9999-12-31 00:00:00+00'),
+        parent_id
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)

@@ -1,27 +1,41 @@
 -- Reclaim running jobs whose lease expired (database time): back to pending while attempts
 -- are left (the next claim issues a new token), else failed with lease_expired. Rows being
 -- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
+-- Children are rescued only when their parent was locked first (%(locked_parents)s, see
+-- lock_expired_parents). Jobs back to pending wake listening workers.
 WITH expired AS MATERIALIZED (
     SELECT id
     FROM jobs
     WHERE status = 'in_progress'
         AND lease_expires_at < clock_timestamp()
+        AND (parent_id IS NULL OR parent_id = ANY(%(locked_parents)s::uuid[]))
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE jobs
+    SET
+        status = CASE
+            WHEN jobs.attempt_count < jobs.max_attempts THEN 'pending'
+            ELSE 'failed'
+        END,
+        finished_at = CASE
+            WHEN jobs.attempt_count < jobs.max_attempts THEN NULL
+            ELSE clock_timestamp()
+        END,
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        available_at = clock_timestamp(),
+        failure_kind = 'lease_expired',
+        last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
+    FROM expired
+    WHERE jobs.id = expired.id
+    RETURNING jobs.id, jobs.status, jobs.parent_id
 )
-UPDATE jobs
-SET
-    status = CASE WHEN jobs.attempt_count < jobs.max_attempts THEN 'pending' ELSE 'failed' END,
-    finished_at = CASE
-        WHEN jobs.attempt_count < jobs.max_attempts THEN NULL
-        ELSE clock_timestamp()
-    END,
-    claim_token = NULL,
-    lease_expires_at = NULL,
-    available_at = clock_timestamp(),
-    failure_kind = 'lease_expired',
-    last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
-FROM expired
-WHERE jobs.id = expired.id
-RETURNING jobs.id, jobs.status
+SELECT rescued.id, rescued.status, rescued.parent_id, wake.sent
+FROM rescued
+LEFT JOIN LATERAL (
+    SELECT pg_notify('jobrelay_jobs', '') IS NULL AS sent
+    WHERE rescued.status = 'pending'
+) AS wake ON true

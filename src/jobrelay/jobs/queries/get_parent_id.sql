@@ -1,0 +1,1 @@
+SELECT parent_id FROM jobs WHERE id = %(id)s

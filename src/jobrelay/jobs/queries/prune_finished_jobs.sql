@@ -1,0 +1,23 @@
+-- The pruner: delete finished jobs older than the retention (database time), oldest first,
+-- a batch at a time. Only top-level jobs are deleted; children go with their parent
+-- (foreign key ON DELETE CASCADE), and a parent with a child still active is kept.
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE finished_at < clock_timestamp() - make_interval(secs => %(retention_s)s)
+        AND status IN ('completed', 'failed', 'cancelled')
+        AND parent_id IS NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM jobs AS child
+            WHERE child.parent_id = jobs.id
+                AND child.status IN ('pending', 'in_progress')
+        )
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs
+USING doomed
+WHERE jobs.id = doomed.id
+RETURNING jobs.id

@@ -1,0 +1,164 @@
+"""Two children of one parent commit their terminal states at the same moment: under READ
+COMMITTED neither sees the other's uncommitted write, so the finishing child locks the
+parent row first and counts with a snapshot taken after the lock. The parent ends exactly
+once. Also: the periodic reconciler repairs parents left behind, and cancel cascades."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.db.pool import Connection
+from jobrelay.domain.jobs import FailureKind
+from jobrelay.jobs import claims
+from jobrelay.jobs.claims import Done, Settled
+from jobrelay.jobs.maintenance import ParentReconciler
+from tests.jobs_support import eventually, fetch, row, service
+
+Pool = AsyncConnectionPool[Connection]
+
+
+async def _parent_with_items(pool: Pool, items: int) -> tuple[uuid.UUID, list[uuid.UUID]]:
+    """A waiting ccip.batch whose dispatch already completed, with `items` pending items."""
+    parent = uuid.uuid4()
+    children = [uuid.uuid4() for _ in range(items)]
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, available_at) "
+            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00')",
+            (parent, Jsonb({"allSources": True})),
+        )
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, parent_id, status, finished_at) "
+            "VALUES (%s, 'ccip.dispatch', %s, %s, 'completed', now())",
+            (uuid.uuid4(), Jsonb({"allSources": True}), parent),
+        )
+        for n, child in enumerate(children):
+            await conn.execute(
+                "INSERT INTO jobs (id, type, payload, parent_id, source_key) "
+                "VALUES (%s, 'ccip.item', %s, %s, %s)",
+                (child, Jsonb({"batchId": str(parent), "sourceId": f"s{n}"}), parent, f"s{n}"),
+            )
+    return parent, children
+
+
+async def _waiting_on_lock(pool: Pool, pid: int) -> bool:
+    rows = await fetch(pool, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid)
+    return bool(rows) and rows[0]["wait_event_type"] == "Lock"
+
+
+async def test_two_children_finishing_together_end_the_parent_exactly_once(
+    pool: Pool, db_dsn: str
+) -> None:
+    parent, _ = await _parent_with_items(pool, 2)
+    async with pool.connection() as conn:
+        first, second = await claims.claim(conn, worker_id="w", limit=2, lease_s=60)
+    release = asyncio.Event()
+    a_written = asyncio.Event()
+    conn_a = await psycopg.AsyncConnection.connect(db_dsn, row_factory=dict_row)
+    conn_b = await psycopg.AsyncConnection.connect(db_dsn, row_factory=dict_row)
+
+    async def finish(conn: Any, job: Any, written: asyncio.Event | None) -> Settled:
+        async with conn.transaction():  # held open until `release`
+            settled = await claims.settle_many(conn, [Done(job)])
+            if written is not None:
+                written.set()
+            await release.wait()
+        return settled
+
+    try:
+        a = asyncio.create_task(finish(conn_a, first, a_written))
+        await a_written.wait()
+        b = asyncio.create_task(finish(conn_b, second, None))
+        # B is inside its transaction, blocked on the parent row A locked.
+        await eventually(
+            lambda: _waiting_on_lock(pool, conn_b.info.backend_pid),
+            what="the second child's transaction to wait for the parent lock",
+        )
+        assert (await row(pool, parent))["status"] == "pending"
+        release.set()  # both transactions go on together
+        settled_a, settled_b = await asyncio.gather(a, b)
+    finally:
+        await conn_a.close()
+        await conn_b.close()
+    assert settled_a.parents_ended == {}, "A saw B still running"
+    assert settled_b.parents_ended == {parent: "completed"}, "B saw A's committed completion"
+    ended = await row(pool, parent)
+    assert ended["status"] == "completed"
+    assert ended["result"] == {"total": 2, "completed": 2, "failed": 0, "cancelled": 0}
+
+
+async def test_a_failing_and_a_completing_child_at_once_fail_the_parent(pool: Pool) -> None:
+    parent, _ = await _parent_with_items(pool, 2)
+    async with pool.connection() as conn:
+        first, second = await claims.claim(conn, worker_id="w", limit=2, lease_s=60)
+
+    async def complete() -> Settled:
+        async with pool.connection() as conn:
+            return await claims.settle_many(conn, [Done(first)])
+
+    async def fail() -> dict[uuid.UUID, str]:
+        async with pool.connection() as conn:
+            return await claims.fail(conn, second, kind=FailureKind.PERMANENT, error="boom")
+
+    settled, failed = await asyncio.gather(complete(), fail())
+    assert {**settled.parents_ended, **failed} == {parent: "failed"}
+    assert len(settled.parents_ended) + len(failed) == 1
+    ended = await row(pool, parent)
+    assert ended["result"] == {"total": 2, "completed": 1, "failed": 1, "cancelled": 0}
+
+
+async def test_the_reconciler_repairs_parents_left_behind(pool: Pool) -> None:
+    done_parent, children = await _parent_with_items(pool, 2)
+    bare_parent = uuid.uuid4()
+    async with pool.connection() as conn:
+        # Children ended by a path that did not reconcile (e.g. written by an older
+        # release), and a parent whose dispatch was lost: both would wait forever.
+        await conn.execute(
+            "UPDATE jobs SET status = 'completed', finished_at = now() WHERE id = ANY(%s)",
+            (children,),
+        )
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, available_at) "
+            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00')",
+            (bare_parent, Jsonb({"allSources": True})),
+        )
+    live_parent, _ = await _parent_with_items(pool, 1)
+    reconciler = ParentReconciler(pool=pool, interval_s=0.05)
+    await reconciler.start()
+    try:
+        await eventually(lambda: _true(reconciler.signals.acted >= 2), what="two repairs")
+    finally:
+        await reconciler.stop()
+    assert (await row(pool, done_parent))["status"] == "completed"
+    bare = await row(pool, bare_parent)
+    assert bare["status"] == "failed" and "no dispatch job" in bare["last_error"]
+    assert (await row(pool, live_parent))["status"] == "pending", "live work keeps it waiting"
+
+
+async def test_cancelling_a_child_reconciles_and_cancelling_a_parent_cascades(
+    pool: Pool,
+) -> None:
+    jobs = service(pool)
+    parent, children = await _parent_with_items(pool, 2)
+    await jobs.cancel(children[0])
+    assert (await row(pool, parent))["status"] == "pending"
+    await jobs.cancel(children[1])
+    ended = await row(pool, parent)
+    assert ended["status"] == "failed"
+    assert ended["result"] == {"total": 2, "completed": 0, "failed": 0, "cancelled": 2}
+    other, others = await _parent_with_items(pool, 2)
+    cancelled = await jobs.cancel(other)
+    assert cancelled.status == "cancelled"
+    for child in others:
+        assert (await row(pool, child))["status"] == "cancelled"
+
+
+async def _true(value: bool) -> bool:
+    return value
