@@ -56,6 +56,16 @@ def is_claim_race(exc: BaseException) -> bool:
     )
 
 
+async def commit_without_flush(conn: Connection) -> None:
+    """Let the current claim-only transaction commit without waiting for the WAL flush.
+
+    Safe for claims alone: a crash before the flush undoes the claim in recovery, the job is
+    pending again and the claimant's later CAS writes fail as a lost lease. Never use it in
+    a transaction that settles jobs or writes outputs.
+    """
+    await conn.execute(_QUERIES.claim_commit_async)
+
+
 async def claim(
     conn: Connection,
     *,

@@ -314,6 +314,8 @@ class Worker:
         started = time.perf_counter()
         try:
             async with self._pool.connection() as conn, conn.transaction():
+                if not done:
+                    await claims.commit_without_flush(conn)
                 settled = (
                     await claims.settle_many(conn, done, failpoints=self._failpoints)
                     if done
