@@ -424,7 +424,7 @@ async def run_relay(
 
 def local_issuer(settings: Settings) -> LocalIssuer:
     """The development token issuer whose key pair lives in the data directory."""
-    return LocalIssuer(settings.data_dir)
+    return LocalIssuer(settings.data_dir, admin_group=settings.auth_admin_group)
 
 
 def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerifier:

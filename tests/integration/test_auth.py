@@ -201,3 +201,14 @@ def test_pyjwt_refuses_our_fixed_algorithm_list_for_hs256() -> None:
         jwt.decode(
             jwt.encode({"a": 1}, "k" * 32, algorithm="HS256"), "k" * 32, algorithms=["RS256"]
         )
+
+
+async def test_the_admin_group_setting_is_what_local_admin_tokens_carry(
+    db_dsn: str, issuer_dir: Path
+) -> None:
+    async with api_harness(db_dsn, issuer_dir, auth_admin_group="ops-admins") as api:
+        status, body = await _me(api, f"Bearer {api.token('root', admin=True)}")
+        default_group = LocalIssuer(issuer_dir).mint("root", admin=True)
+        _, other = await _me(api, f"Bearer {default_group}")
+    assert (status, body["isAdmin"]) == (200, True)
+    assert other["isAdmin"] is False, "only the configured group grants the admin role"

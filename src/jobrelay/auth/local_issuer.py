@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from jobrelay.auth.tokens import DEFAULT_ADMIN_GROUP
+
 LOCAL_ISSUER = "urn:jobrelay:local-issuer"
 LOCAL_CLIENT_ID = "jobrelay-local"
 JWKS_PATH = "/dev/local-issuer/jwks.json"
@@ -23,7 +25,8 @@ JWKS_PATH = "/dev/local-issuer/jwks.json"
 class LocalIssuer:
     """Loads (or creates) `issuer/private_key.pem` under `data_dir` and mints tokens."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, admin_group: str = DEFAULT_ADMIN_GROUP) -> None:
+        self._admin_group = admin_group
         key_file = data_dir.resolve() / "issuer" / "private_key.pem"
         self._key = _load_or_create_key(key_file)
         public_jwk = json.loads(RSAAlgorithm.to_jwk(self._key.public_key()))
@@ -60,7 +63,7 @@ class LocalIssuer:
         else:
             claims["aud"] = client_id
         if admin:
-            claims["cognito:groups"] = ["jobrelay-admins"]
+            claims["cognito:groups"] = [self._admin_group]
         claims.update(extra or {})
         return jwt.encode(claims, self._key, algorithm="RS256", headers={"kid": self.kid})
 

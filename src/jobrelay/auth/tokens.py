@@ -19,6 +19,7 @@ from jwt import PyJWK
 from jobrelay.domain.errors import Unauthenticated
 
 MAX_SUBJECT_LENGTH = 50  # audit columns are varchar(50) (seed 000)
+DEFAULT_ADMIN_GROUP = "jobrelay-admins"  # settings.auth_admin_group overrides it
 
 JwksFetcher = Callable[[], Awaitable[dict[str, object]]]
 
@@ -39,7 +40,7 @@ class TokenPolicy:
     issuer: str
     client_ids: frozenset[str]
     token_uses: frozenset[str] = frozenset({"access"})
-    admin_group: str = "jobrelay-admins"
+    admin_group: str = DEFAULT_ADMIN_GROUP
     leeway_s: float = 10.0
 
 
