@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import httpx
 
 from jobrelay.aws.emulator import free_port
 from jobrelay.cli.commands.demo import serve_demo_pages
-from tests.harness import AwsTestResources, cli_env, jobrelay_command, wait_until
+from tests.harness import AwsTestResources, cli_env, jobrelay_command, run_cli, wait_until
 
 
 @dataclass
@@ -109,20 +108,6 @@ page_server = serve_demo_pages
 
 
 def token(data_dir: Path, sub: str) -> str:
-    result = subprocess.run(
-        [*jobrelay_command(), "token", "--sub", sub],
-        env=cli_env(JOBRELAY_DATA_DIR=str(data_dir)),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    result = run_cli("token", "--sub", sub, JOBRELAY_DATA_DIR=str(data_dir))
+    assert result.returncode == 0, result.stderr
     return result.stdout.strip()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
