@@ -32,15 +32,11 @@ async def test_an_enqueue_wakes_an_idle_worker_through_notify(pool: Pool) -> Non
     jobs = service(pool)
     async with running_worker(pool, poll_interval_s=_NEVER_POLL) as worker:
         await eventually(lambda: _true(worker.listener.connected), what="LISTEN")
-        await eventually(lambda: _true(worker.stats.claimed == 0 and _idle(worker)))
+        await eventually(lambda: _true(worker.stats.claimed == 0 and worker.claim_idle))
         e = await jobs.enqueue(EnqueueRequest("diag.noop", {}))
         # Without the notification the worker would sleep for an hour.
         await eventually(lambda: _status(pool, e.id, "completed"), timeout_s=10)
     assert worker.listener.signals.acted >= 1
-
-
-def _idle(worker: object) -> bool:
-    return bool(getattr(worker, "_claim_idle", False))
 
 
 async def test_the_worker_falls_back_to_polling_and_reconnects_its_listener(pool: Pool) -> None:

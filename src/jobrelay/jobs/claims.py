@@ -56,14 +56,13 @@ def is_claim_race(exc: BaseException) -> bool:
     )
 
 
-async def commit_without_flush(conn: Connection) -> None:
-    """Let the current claim-only transaction commit without waiting for the WAL flush.
+async def configure_claim_session(conn: Connection) -> None:
+    """Prepare a connection that runs only claims (see `queries/claim_session.sql`): its
+    commits do not wait for the WAL flush, and the claim statement keeps one generic plan.
 
-    Safe for claims alone: a crash before the flush undoes the claim in recovery, the job is
-    pending again and the claimant's later CAS writes fail as a lost lease. Never use it in
-    a transaction that settles jobs or writes outputs.
+    Never settle jobs or write outputs on such a connection: those commits must be durable.
     """
-    await conn.execute(_QUERIES.claim_commit_async)
+    await conn.execute(_QUERIES.claim_session)
 
 
 async def claim(
@@ -79,8 +78,8 @@ async def claim(
     """Claim up to `limit` available jobs in one statement (fresh token, attempt + 1).
 
     `limits` bounds each class (default: `limit` for every class of `classes`); `caps` are
-    the global caps per class (invariant 10). With a cap, call this inside a transaction:
-    the class's advisory lock is taken first and held until commit.
+    the global caps per class (invariant 10). With a cap, the class's advisory lock is
+    taken first and held until commit (in a transaction of its own unless one is open).
     """
     per_class = dict(limits) if limits is not None else dict.fromkeys(classes, limit)
     per_class = {c: n for c, n in per_class.items() if n > 0}
@@ -89,20 +88,22 @@ async def claim(
     caps = caps or {}
     names = sorted(per_class)
     capped = [c for c in names if c in caps]
-    if capped:
-        await conn.execute(_QUERIES.claim_lock_classes, {"classes": capped})
-    cursor = await conn.execute(
-        _QUERIES.claim_jobs,
-        {
-            "worker_id": worker_id,
-            "total": limit,
-            "lease_s": lease_s,
-            "classes": names,
-            "limits": [per_class[c] for c in names],
-            "caps": [caps.get(c) for c in names],
-        },
-    )
-    return [ClaimedJob.from_row(row) for row in await cursor.fetchall()]
+    async with _transaction(conn, needed=bool(capped)):
+        if capped:
+            await conn.execute(_QUERIES.claim_lock_classes, {"classes": capped})
+        cursor = await conn.execute(
+            _QUERIES.claim_jobs,
+            {
+                "worker_id": worker_id,
+                "total": limit,
+                "lease_s": lease_s,
+                "classes": names,
+                "limits": [per_class[c] for c in names],
+                "caps": [caps.get(c) for c in names],
+            },
+        )
+        rows = await cursor.fetchall()
+    return [ClaimedJob.from_row(row) for row in rows]
 
 
 async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int:

@@ -3,13 +3,15 @@
 One `Worker` per process. Its loops share one shape (validated keyword-only construction,
 `start`/`stop`, named tasks, log-and-continue; see `jobs/maintenance.py`):
 
-* `jobrelay-worker-claim`: in ONE transaction, records the jobs finished since the last
-  cycle (one batched `complete_jobs` statement, parents reconciled in the same
-  transaction) and claims, per concurrency class, as many jobs as that class has free
-  slots (one `claim_jobs` statement; global caps and per-source serialization are enforced
-  there). It then runs each job in its own task and waits until a slot frees, a
-  notification arrives (LISTEN/NOTIFY on enqueue) or the poll interval passes.
-* `jobrelay-worker-flush`: records finished jobs while the claim loop is idle or stopping.
+* `jobrelay-worker-claim`: claims, per concurrency class, as many jobs as that class has
+  free slots (one `claim_jobs` statement in a claim-only transaction that commits without
+  waiting for the WAL flush; global caps and per-source serialization are enforced there),
+  runs each job in its own task and waits until a slot frees, a notification arrives
+  (LISTEN/NOTIFY on enqueue) or the poll interval passes.
+* `jobrelay-worker-flush`: records finished jobs on its own connection, many per durable
+  commit (one batched `complete_jobs` statement, parents reconciled in the same
+  transaction). A batch commits while the next one accumulates, so the claim loop never
+  waits for a durable commit.
 * `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
   the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
 * `NotifyListener`, `LeaseRescuer`, `ParentReconciler`, `Pruner`: see `maintenance.py`.
@@ -219,6 +221,19 @@ class Worker:
         self.keeper = LeaseKeeper(
             pool=pool, lease_s=config.lease_s, held=self._held, lost=self._lease_lost
         )
+        # Claims run on a connection of their own, set up for claims only (no durable
+        # commit to wait for, one generic plan); everything else uses the shared pool.
+        self._claim_pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            pool.conninfo,
+            connection_class=pool.connection_class,
+            kwargs=pool.kwargs,
+            min_size=1,
+            max_size=1,
+            timeout=pool.timeout,
+            configure=claims.configure_claim_session,
+            open=False,
+            name=f"{pool.name}-claims",
+        )
         conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
         self._listen = config.listen and bool(conninfo)
         self.listener = NotifyListener(conninfo=conninfo, notified=self._wake.set, retry_s=1.0)
@@ -233,6 +248,11 @@ class Worker:
     @property
     def worker_id(self) -> str:
         return self.config.worker_id
+
+    @property
+    def claim_idle(self) -> bool:
+        """True while the claim loop waits for work (a notification, a free slot, a poll)."""
+        return self._claim_idle
 
     def _loops(self) -> list[Loop]:
         loops: list[Loop] = [self.keeper, self.rescuer, self.reconciler]
@@ -249,6 +269,7 @@ class Worker:
             self.metrics_port = self.metrics.serve(self.config.metrics_port)
         for loop in self._loops():
             await loop.start()
+        await self._claim_pool.open(wait=False)
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="jobrelay-worker-claim"),
             asyncio.create_task(self._flush_loop(), name="jobrelay-worker-flush"),
@@ -269,6 +290,7 @@ class Worker:
         self._wake.set()
         claim_task, flush_task = self._tasks
         await asyncio.gather(claim_task, return_exceptions=True)
+        await self._claim_pool.close()
         await self._release_backlog()
         running = [run.task for run in self._runs.values() if run.task is not None]
         if running:
@@ -307,34 +329,20 @@ class Worker:
         return limits, min(total, sum(limits.values()))
 
     async def _claim_once(self, limits: dict[str, int], total: int) -> list[ClaimedJob]:
-        """Record the completions buffered so far and claim up to the free slots, in ONE
-        transaction (one commit per cycle). On error the completions go back to the
-        buffer; they are CAS writes, so writing them again later is safe."""
-        done, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
+        """Claim up to the free slots with one statement on the claim connection, whose
+        commits do not wait for the WAL flush (`claims.configure_claim_session`): a claim
+        never waits behind a durable commit; the flush loop records completions meanwhile."""
         started = time.perf_counter()
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                if not done:
-                    await claims.commit_without_flush(conn)
-                settled = (
-                    await claims.settle_many(conn, done, failpoints=self._failpoints)
-                    if done
-                    else None
-                )
-                jobs = await claims.claim(
-                    conn,
-                    worker_id=self.worker_id,
-                    limit=total,
-                    limits=limits,
-                    caps=self.config.global_caps,
-                    lease_s=self.config.lease_s,
-                )
-        except BaseException:
-            self._done[:0] = done
-            raise
+        async with self._claim_pool.connection() as conn:
+            jobs = await claims.claim(
+                conn,
+                worker_id=self.worker_id,
+                limit=total,
+                limits=limits,
+                caps=self.config.global_caps,
+                lease_s=self.config.lease_s,
+            )
         self.metrics.claim_latency.observe(time.perf_counter() - started)
-        if settled is not None:
-            self._count_settled(done, settled)
         return jobs
 
     async def _claim_loop(self) -> None:
@@ -370,13 +378,11 @@ class Worker:
                 self._backlog.append(job)
             self._start_backlog()
             if len(jobs) < total:
-                if self._done:
-                    self._flush_needed.set()  # idle: record completions without waiting
                 await self._pause(self.config.poll_interval_s)
 
     async def _pause(self, timeout_s: float) -> None:
-        """Wait `timeout_s`, or less when a slot frees, a notification arrives or stop is
-        requested; completions are flushed meanwhile."""
+        """Wait `timeout_s`, or less when a slot frees, a notification arrives, recorded
+        completions may have unblocked a source or capped slot, or stop is requested."""
         self._claim_idle = True
         try:
             with contextlib.suppress(TimeoutError):
@@ -519,8 +525,7 @@ class Worker:
         if isinstance(outcome, Complete):
             if outcome.outputs is None:
                 self._done.append(Done(job, outcome.result))
-                if self._claim_idle or self._stop_requested.is_set():
-                    self._flush_needed.set()  # else the next claim records it
+                self._flush_needed.set()
                 return
             complete = outcome
             try:
@@ -614,30 +619,48 @@ class Worker:
     # -- batched completions -----------------------------------------------------------
 
     async def _flush_loop(self) -> None:
+        """Record finished jobs, durably, on a connection of their own: while one batch
+        commits the next accumulates (group commit), and claims never wait for it."""
         errors = 0
+        loop = asyncio.get_running_loop()
+        give_up_at: float | None = None
         while True:
             await self._flush_needed.wait()
             self._flush_needed.clear()
-            if not self._done:
-                if self._closing:
-                    return
-                continue
-            batch, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
-            if self._done:
-                self._flush_needed.set()
-            try:
-                async with self._pool.connection() as conn:
-                    settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
-            except Exception:
-                errors += 1
-                self.stats.errors += 1
-                log.exception("recording %d completions failed; retrying", len(batch))
-                self._done[:0] = batch
-                self._flush_needed.set()
-                await asyncio.sleep(min(2.0, 0.05 * 2 ** min(errors, 6)))
-                continue
-            errors = 0
-            self._count_settled(batch, settled)
+            while self._done:
+                batch, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
+                try:
+                    async with self._pool.connection() as conn:
+                        settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
+                except Exception:
+                    errors += 1
+                    self.stats.errors += 1
+                    if self._closing and give_up_at is None:
+                        give_up_at = loop.time() + self.config.lease_s
+                    if give_up_at is not None and loop.time() > give_up_at:
+                        log.error(
+                            "could not record %d completions before stopping; their leases "
+                            "will expire and the jobs run again",
+                            len(batch) + len(self._done),
+                            exc_info=True,
+                        )
+                        self._done = []
+                        return
+                    log.exception("recording %d completions failed; retrying", len(batch))
+                    self._done[:0] = batch
+                    await asyncio.sleep(min(2.0, 0.05 * 2 ** min(errors, 6)))
+                    continue
+                errors = 0
+                self._count_settled(batch, settled)
+                if any(self._frees_claims(d.job) for d in batch):
+                    self._wake.set()  # a source or capped slot is free in the database now
+            if self._closing:
+                return
+
+    def _frees_claims(self, job: ClaimedJob) -> bool:
+        """Whether recording this job's end can make another job claimable: the next job
+        of its source, or a slot of a globally capped class."""
+        return job.source_key is not None or job.concurrency_class in self.config.global_caps
 
 
 def _outcome_of(exc: BaseException) -> Retry | Fail:
