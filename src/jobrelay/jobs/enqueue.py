@@ -72,6 +72,22 @@ class _Row:
     def key(self) -> tuple[str, str] | None:
         return None if self.dedupe_key is None else (self.job_type.name, self.dedupe_key)
 
+    def as_json(self) -> dict[str, Any]:
+        """The row as the enqueue statements read it (`jsonb_to_recordset`)."""
+        return {
+            "id": str(self.id),
+            "type": self.job_type.name,
+            "payload": self.payload,
+            "dedupe_key": self.dedupe_key,
+            "revision": self.revision,
+            "source_key": self.source_key,
+            "concurrency_class": self.concurrency_class,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "delay_s": self.delay_s,
+            "parent_id": None if self.parent_id is None else str(self.parent_id),
+        }
+
 
 class Enqueuer:
     """Validates requests against the registry and writes them with the policy statements."""
@@ -240,18 +256,10 @@ async def _write_policy(
     results: dict[uuid.UUID, Enqueued] = {}
     todo = rows
     for _ in range(_ATTEMPTS):
+        # One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send
+        # than eleven parallel arrays, which psycopg inspects element by element.
         params: dict[str, Any] = {
-            "ids": [r.id for r in todo],
-            "types": [r.job_type.name for r in todo],
-            "payloads": [json.dumps(r.payload, separators=(",", ":")) for r in todo],
-            "dedupe_keys": [r.dedupe_key for r in todo],
-            "revisions": [r.revision for r in todo],
-            "source_keys": [r.source_key for r in todo],
-            "classes": [r.concurrency_class for r in todo],
-            "priorities": [r.priority for r in todo],
-            "max_attempts": [r.max_attempts for r in todo],
-            "delays_s": [r.delay_s for r in todo],
-            "parent_ids": [r.parent_id for r in todo],
+            "jobs": json.dumps([r.as_json() for r in todo], separators=(",", ":"))
         }
         if policy is ConflictPolicy.MERGE:
             params["merge_field"] = merge_field

@@ -8,14 +8,10 @@ WITH control AS (
 ),
 input AS (
     SELECT *
-    FROM unnest(
-        %(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[], %(dedupe_keys)s::text[],
-        %(revisions)s::bigint[], %(source_keys)s::text[], %(classes)s::text[],
-        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(delays_s)s::float8[],
-        %(parent_ids)s::uuid[]
-    ) AS t (
-        id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, delay_s, parent_id
+    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS t (
+        id uuid, type text, payload jsonb, dedupe_key text, revision bigint, source_key text,
+        concurrency_class text, priority smallint, max_attempts integer, delay_s float8,
+        parent_id uuid
     )
 ),
 written AS (
@@ -24,7 +20,7 @@ written AS (
         max_attempts, available_at, parent_id
     )
     SELECT
-        id, type, payload::jsonb, dedupe_key, revision, source_key, concurrency_class, priority,
+        id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
         max_attempts,
         -- a NULL delay: a parent waiting for its children, never claimed (the end of time,
         -- not 'infinity', which Python's datetime cannot hold)
