@@ -102,7 +102,11 @@ candidates AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT j.id, j.concurrency_class, j.priority, j.available_at
         FROM jobs AS j
-        WHERE j.id IN (SELECT heads.id FROM heads WHERE heads.concurrency_class = wanted.cls)
+        -- An array, not `IN (SELECT ...)`: the heads are then fetched by primary key; the
+        -- generic plan of an IN would hash-join them against a scan of every pending job.
+        WHERE j.id = ANY(
+            ARRAY(SELECT heads.id FROM heads WHERE heads.concurrency_class = wanted.cls)
+        )
             AND j.status = 'pending'
         ORDER BY j.priority, j.available_at, j.id
         LIMIT wanted.lim
