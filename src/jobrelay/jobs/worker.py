@@ -211,7 +211,11 @@ class Worker:
         self._runs: dict[uuid.UUID, _Run] = {}
         self._busy: Counter[str] = Counter()  # slots taken per class (running + held)
         self._backlog: list[ClaimedJob] = []  # claimed ahead (prefetch), not started
-        self._wake = asyncio.Event()  # a slot freed, a notification, or stop requested
+        self._wake = asyncio.Event()  # there may be work to claim, or stop requested
+        # Classes whose last claim got every job it asked for: more may be waiting, so a
+        # slot of theirs freeing is worth a claim. A class whose claim came back short waits
+        # for a notification (or the poll) instead of claiming again at every job's end.
+        self._hungry: set[str] = set(config.class_slots)
         self._stop_requested = asyncio.Event()
         self._flush_needed = asyncio.Event()
         self._done: list[Done] = []
@@ -236,7 +240,7 @@ class Worker:
         )
         conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
         self._listen = config.listen and bool(conninfo)
-        self.listener = NotifyListener(conninfo=conninfo, notified=self._wake.set, retry_s=1.0)
+        self.listener = NotifyListener(conninfo=conninfo, notified=self._more_work, retry_s=1.0)
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
         self.pruner: Pruner | None = None
@@ -352,7 +356,7 @@ class Worker:
             if total <= 0:
                 self._wake.clear()
                 if self._free()[1] <= 0 and not self._stop_requested.is_set():
-                    await self._wake.wait()
+                    await self._pause(self.config.poll_interval_s)
                 continue
             self._wake.clear()
             try:
@@ -372,6 +376,12 @@ class Worker:
                 continue
             errors = 0
             self.stats.claimed += len(jobs)
+            got = Counter(job.concurrency_class for job in jobs)
+            for cls, asked in limits.items():
+                if got[cls] >= asked:
+                    self._hungry.add(cls)
+                else:
+                    self._hungry.discard(cls)
             for job in jobs:
                 self.metrics.claimed.labels(job.type).inc()
                 self._busy[job.concurrency_class] += 1
@@ -380,9 +390,15 @@ class Worker:
             if len(jobs) < total:
                 await self._pause(self.config.poll_interval_s)
 
+    def _more_work(self) -> None:
+        """New work may be claimable (a notification, or a source or capped slot freed by
+        this worker): every class is worth a claim again."""
+        self._hungry.update(self.config.class_slots)
+        self._wake.set()
+
     async def _pause(self, timeout_s: float) -> None:
-        """Wait `timeout_s`, or less when a slot frees, a notification arrives, recorded
-        completions may have unblocked a source or capped slot, or stop is requested."""
+        """Wait `timeout_s`, or less when there may be work to claim (a slot of a hungry
+        class frees, `_more_work`) or stop is requested."""
         self._claim_idle = True
         try:
             with contextlib.suppress(TimeoutError):
@@ -431,7 +447,8 @@ class Worker:
             self.metrics.running.labels(run.job.concurrency_class).dec()
         if self._backlog and not self._stop_requested.is_set():
             self._start_backlog()
-        self._wake.set()
+        if run.job.concurrency_class in self._hungry:
+            self._wake.set()
 
     # -- leases ------------------------------------------------------------------------
 
@@ -511,22 +528,27 @@ class Worker:
     ) -> None:
         """Record the outcome with a CAS write; never raises (the lease covers the rest)."""
         try:
-            await self._record(job, job_type, outcome)
+            written = await self._record(job, job_type, outcome)
         except LeaseLost as exc:
             self._count_lost()
             log.warning("%s", exc)
         except Exception:
             self.stats.errors += 1
             log.exception("could not record the outcome of job %s; its lease will expire", job.id)
+        else:
+            if written and self._frees_claims(job):
+                self._more_work()
 
     async def _record(
         self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
-    ) -> None:
+    ) -> bool:
+        """Write the outcome now (True), or buffer a plain completion for the flush loop
+        (False)."""
         if isinstance(outcome, Complete):
             if outcome.outputs is None:
                 self._done.append(Done(job, outcome.result))
                 self._flush_needed.set()
-                return
+                return False
             complete = outcome
             try:
                 status = await self._with_db_retry(
@@ -545,8 +567,9 @@ class Worker:
                 await self._record_failure(job, job_type, _outcome_of(exc))
             else:
                 self._count(job, status)
-            return
+            return True
         await self._record_failure(job, job_type, outcome)
+        return True
 
     async def _record_failure(
         self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Retry | Fail
@@ -653,7 +676,7 @@ class Worker:
                 errors = 0
                 self._count_settled(batch, settled)
                 if any(self._frees_claims(d.job) for d in batch):
-                    self._wake.set()  # a source or capped slot is free in the database now
+                    self._more_work()  # a source or capped slot is free in the database now
             if self._closing:
                 return
 
