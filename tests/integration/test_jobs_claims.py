@@ -4,12 +4,15 @@ revision fencing, rescue, and the FOR NO KEY UPDATE / MATERIALIZED traps."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
+from jobrelay.db.sql import load_query
 from jobrelay.domain.jobs import FailureKind, LeaseLost
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import Completion, Done
@@ -172,3 +175,43 @@ async def test_paused_claims_take_nothing(pool: Pool) -> None:
     async with pool.connection() as conn:
         await conn.execute("UPDATE jobs_control SET claims_paused = true")
     assert await _claim(pool) == []
+
+
+async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(pool: Pool) -> None:
+    # With the claim session's generic plan, an index in (priority, available_at, id)
+    # without the class let the claim of `ai` walk every pending `default` job.
+    jobs = service(pool)
+    for start in range(0, 8000, 1000):
+        await jobs.enqueue_many(
+            [EnqueueRequest("diag.noop", {"n": i}) for i in range(start, start + 1000)]
+        )
+    async with pool.connection() as conn:
+        await conn.execute("ANALYZE jobs")
+        await claims.configure_claim_session(conn)
+        async with conn.transaction(force_rollback=True):
+            cursor = await conn.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + load_query("jobrelay.jobs", "claim_jobs"),
+                {
+                    "worker_id": "w1",
+                    "total": 10,
+                    "lease_s": 30,
+                    "classes": ["ai", "default"],
+                    "limits": [5, 10],
+                    "caps": [None, None],
+                },
+            )
+            found = await cursor.fetchone()
+        await conn.execute("RESET ALL")
+    assert found is not None
+    plan = next(iter(found.values()))[0]
+    nodes = list(_plan_nodes(plan["Plan"]))
+    claimed = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+    assert claimed and claimed[0]["Actual Rows"] == 10
+    walked = max(n.get("Rows Removed by Filter", 0) for n in nodes)
+    assert walked < 100, f"a claim read {walked} rows it did not want"
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
