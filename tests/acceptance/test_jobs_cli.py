@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from jobrelay.api.routes.jobs import JobOut
 from tests.harness import cli_env, jobrelay_command, wait_until
 
 
@@ -45,5 +46,9 @@ def test_enqueue_run_show_list_and_bad_input(db_dsn: str) -> None:
     assert worker.returncode == 0, output
     listed = json.loads(_jobs(db_dsn, "list", "--type", "diag.noop").stdout)
     assert [j["id"] for j in listed["items"]] == [job_id]
+    assert listed["nextCursor"] is None
+    # The CLI prints a job exactly as the API sends it (the same response model).
+    assert set(listed["items"][0]) == {f.alias for f in JobOut.model_fields.values()}
+    assert listed["items"][0]["attemptCount"] == 1
     bad = _jobs(db_dsn, "enqueue", "no.such.type")
     assert bad.returncode == 2 and "unknown job type" in bad.stderr

@@ -100,39 +100,6 @@ class Job:
         )
 
 
-def _iso(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def job_json(job: Job) -> dict[str, Any]:
-    """The camelCase JSON form of a job used by the API and the CLI."""
-    return {
-        "id": str(job.id),
-        "type": job.type,
-        "status": job.status.value,
-        "payload": job.payload,
-        "dedupeKey": job.dedupe_key,
-        "revision": job.revision,
-        "parentId": None if job.parent_id is None else str(job.parent_id),
-        "sourceKey": job.source_key,
-        "concurrencyClass": job.concurrency_class,
-        "priority": job.priority,
-        "attemptCount": job.attempt_count,
-        "maxAttempts": job.max_attempts,
-        "availableAt": _iso(job.available_at),
-        "claimedBy": job.claimed_by,
-        "claimedAt": _iso(job.claimed_at),
-        "leaseExpiresAt": _iso(job.lease_expires_at),
-        "heartbeatAt": _iso(job.heartbeat_at),
-        "failureKind": None if job.failure_kind is None else job.failure_kind.value,
-        "lastError": job.last_error,
-        "result": job.result,
-        "createdAt": _iso(job.created_at),
-        "updatedAt": _iso(job.updated_at),
-        "finishedAt": _iso(job.finished_at),
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """The job an enqueue landed in and what happened to it."""

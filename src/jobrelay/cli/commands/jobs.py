@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 
+from jobrelay.api.routes.jobs import JobOut, JobPageOut
 from jobrelay.bootstrap import (
     Services,
     WorkerConfig,
@@ -27,7 +29,6 @@ from jobrelay.bootstrap import (
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
-from jobrelay.jobs.models import job_json
 from jobrelay.settings import Settings, load_settings
 
 console = Console()
@@ -117,6 +118,9 @@ def _with_services(action: Callable[[Services], Awaitable[T]]) -> T:
 
 
 def _print(value: Any) -> None:
+    """Print JSON; response models print exactly as the API sends them."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
     console.print_json(json.dumps(value, default=str))
 
 
@@ -151,7 +155,7 @@ def enqueue_command(
 def show_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Show one job."""
     job = _with_services(lambda s: s.jobs.get(_job_id(job_id)))
-    _print(job_json(job))
+    _print(JobOut.of(job))
 
 
 @jobs_app.command("list")
@@ -166,24 +170,19 @@ def list_command(
     page = _with_services(
         lambda s: s.jobs.list_jobs(type=job_type, status=status, limit=limit, before=cursor)
     )
-    _print(
-        {
-            "items": [job_json(j) for j in page.jobs],
-            "nextCursor": None if page.next_before is None else str(page.next_before),
-        }
-    )
+    _print(JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before))
 
 
 @jobs_app.command("cancel")
 def cancel_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Cancel a pending or running job."""
-    _print(job_json(_with_services(lambda s: s.jobs.cancel(_job_id(job_id)))))
+    _print(JobOut.of(_with_services(lambda s: s.jobs.cancel(_job_id(job_id)))))
 
 
 @jobs_app.command("retry")
 def retry_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Put a failed or cancelled job back to pending with fresh attempts."""
-    _print(job_json(_with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
+    _print(JobOut.of(_with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
 
 
 _MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
