@@ -4,10 +4,11 @@ One `Worker` per process. Its loops share one shape (validated keyword-only cons
 `start`/`stop`, named tasks, log-and-continue; see `jobs/maintenance.py`):
 
 * `jobrelay-worker-claim`: claims, per concurrency class, as many jobs as that class has
-  free slots (one `claim_jobs` statement in a claim-only transaction that commits without
-  waiting for the WAL flush; global caps and per-source serialization are enforced there),
-  runs each job in its own task and waits until a slot frees, a notification arrives
-  (LISTEN/NOTIFY on enqueue) or the poll interval passes.
+  free slots (one `claim_jobs` statement on a connection that runs only claims, whose
+  commits do not wait for the WAL flush; global caps and per-source serialization are
+  enforced there), runs each job in its own task and waits until a slot of a class that may
+  have more work frees, a notification arrives (LISTEN/NOTIFY on enqueue) or the poll
+  interval passes.
 * `jobrelay-worker-flush`: records finished jobs on its own connection, many per durable
   commit (one batched `complete_jobs` statement, parents reconciled in the same
   transaction). A batch commits while the next one accumulates, so the claim loop never
