@@ -39,6 +39,22 @@ async def test_an_enqueue_wakes_an_idle_worker_through_notify(pool: Pool) -> Non
     assert worker.listener.signals.acted >= 1
 
 
+async def test_an_idle_queue_costs_one_claim_per_job(pool: Pool) -> None:
+    # After a claim that came back short, a job's end is no reason to claim again: only a
+    # notification is (the poll never fires here).
+    jobs = service(pool)
+    async with running_worker(pool, poll_interval_s=_NEVER_POLL) as worker:
+        await eventually(lambda: _true(worker.listener.connected), what="LISTEN")
+        await eventually(lambda: _true(worker.claim_idle))
+        before = worker.stats.claims
+        for n in range(10):
+            e = await jobs.enqueue(EnqueueRequest("diag.noop", {"n": n}))
+            await eventually(lambda: _status(pool, e.id, "completed"), timeout_s=10)  # noqa: B023
+            await eventually(lambda: _true(worker.claim_idle))
+        claims = worker.stats.claims - before
+    assert 10 <= claims <= 12, f"{claims} claims for 10 jobs"
+
+
 async def test_the_worker_falls_back_to_polling_and_reconnects_its_listener(pool: Pool) -> None:
     jobs = service(pool)
     async with running_worker(pool, poll_interval_s=0.05) as worker:

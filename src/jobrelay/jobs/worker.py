@@ -167,7 +167,8 @@ class WorkerConfig:
 class WorkerStats:
     """Counters for tests and logs; tests poll these (or the database), never sleep."""
 
-    claimed: int = 0
+    claims: int = 0  # claim statements run
+    claimed: int = 0  # jobs they claimed
     completed: int = 0
     requeued: int = 0
     retried: int = 0
@@ -376,6 +377,7 @@ class Worker:
                 await self._pause(min(5.0, 0.1 * 2 ** min(errors, 6)))
                 continue
             errors = 0
+            self.stats.claims += 1
             self.stats.claimed += len(jobs)
             got = Counter(job.concurrency_class for job in jobs)
             for cls, asked in limits.items():
