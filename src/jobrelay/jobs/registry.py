@@ -10,7 +10,6 @@ API build it at startup, and a test builds it too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin
@@ -247,5 +246,5 @@ def payload_json(payload: JobPayload) -> str:
 
 
 def payload_dict(payload: JobPayload) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(payload_json(payload))
-    return result
+    """The stored form of a payload as a dict (the JSON of `payload_json`, not parsed)."""
+    return payload.model_dump(mode="json", by_alias=True, exclude={"type"})
