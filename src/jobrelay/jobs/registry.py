@@ -240,11 +240,7 @@ def _payload_path(loc: tuple[int | str, ...], type_name: str) -> str:
     return ".".join(["payload", *parts])
 
 
-def payload_json(payload: JobPayload) -> str:
-    """The stored form of a payload: camelCase JSON without the `type` discriminator."""
-    return payload.model_dump_json(by_alias=True, exclude={"type"})
-
-
 def payload_dict(payload: JobPayload) -> dict[str, Any]:
-    """The stored form of a payload as a dict (the JSON of `payload_json`, not parsed)."""
+    """The stored form of a payload: JSON-ready, camelCase, without the `type`
+    discriminator."""
     return payload.model_dump(mode="json", by_alias=True, exclude={"type"})
