@@ -3,9 +3,12 @@ fallback, metrics, an unexpected handler exception, pause, the pruner, batched h
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 
 import httpx
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
@@ -102,6 +105,67 @@ async def test_an_unexpected_exception_is_a_recorded_retry_and_the_worker_goes_o
     assert done["attempt_count"] == 2 and done["failure_kind"] is None
     assert "RuntimeError: unexpected: diag.fail attempt 1" in done["last_error"]
     assert worker.stats.retried == 1 and worker.stats.errors == 0
+
+
+class _SlowReturnPool(AsyncConnectionPool[Connection]):
+    """A pool whose connection returns wait for `before_return` while it is set: it holds a
+    run that just wrote its outcome before the run's task can end."""
+
+    before_return: Callable[[Connection], Awaitable[None]] | None = None
+
+    async def putconn(self, conn: Connection) -> None:
+        if self.before_return is not None:
+            await self.before_return(conn)
+        await super().putconn(conn)
+
+
+async def test_a_job_reclaimed_while_its_retried_run_is_still_ending_runs_its_new_claim(
+    db_dsn: str,
+) -> None:
+    # The retry (no delay) commits; before the run that wrote it has returned its
+    # connection, this worker's claim loop takes the job again. The new claim must run with
+    # its own token and attempt, not as the old run.
+    pool = _SlowReturnPool(
+        db_dsn, kwargs={"row_factory": dict_row, "autocommit": True}, min_size=2, open=False
+    )
+    await pool.open(wait=True)
+    try:
+        jobs = service(pool)
+        job = await jobs.enqueue(EnqueueRequest("diag.fail", {"kind": "retryable", "times": 1}))
+        held: list[int] = []
+
+        async def hold_until_reclaimed(conn: Connection) -> None:
+            # Only the run's own return right after its retry (the job's tasks are named
+            # after it) waits; the job may already be claimed again by then.
+            task = asyncio.current_task()
+            if held or task is None or task.get_name() != f"job:diag.fail:{job.id}":
+                return
+            found = await (
+                await conn.execute("SELECT failure_kind FROM jobs WHERE id = %s", (job.id,))
+            ).fetchone()
+            if found is None or found["failure_kind"] != "retryable":
+                return
+            held.append(1)
+            await eventually(
+                lambda: _reclaimed(conn, job.id), timeout_s=10, what="the job claimed again"
+            )
+
+        pool.before_return = hold_until_reclaimed
+        async with running_worker(pool, jitter=lambda: 0.0) as worker:
+            done = await eventually(lambda: _done(pool, job.id), what="the second attempt")
+    finally:
+        await pool.close()
+    assert held, "the retry's connection return was never held"
+    assert done["attempt_count"] == 2
+    assert worker.stats.retried == 1 and worker.stats.lease_lost == 0
+    assert worker.stats.completed == 1
+
+
+async def _reclaimed(conn: Connection, job_id: uuid.UUID) -> bool:
+    found = await (
+        await conn.execute("SELECT status, attempt_count FROM jobs WHERE id = %s", (job_id,))
+    ).fetchone()
+    return found is not None and found["attempt_count"] == 2
 
 
 async def _done(pool: Pool, job_id: uuid.UUID) -> dict | None:  # type: ignore[type-arg]

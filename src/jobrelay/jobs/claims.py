@@ -121,8 +121,8 @@ async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int
 async def heartbeat_many(
     conn: Connection, jobs: Sequence[ClaimedJob], *, lease_s: float
 ) -> set[uuid.UUID]:
-    """Extend the leases of many jobs in one statement; returns the ids still held (the
-    others lost their lease)."""
+    """Extend the leases of many jobs in one statement; returns the claim tokens still
+    held (the other claims lost their lease)."""
     if not jobs:
         return set()
     cursor = await conn.execute(
@@ -133,7 +133,7 @@ async def heartbeat_many(
             "lease_s": lease_s,
         },
     )
-    return {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
+    return {cast(uuid.UUID, row["claim_token"]) for row in await cursor.fetchall()}
 
 
 class Completion(StrEnum):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -160,8 +159,8 @@ class Pruner(Loop):
 
 
 class LeaseKeeper(Loop):
-    """Heartbeats: `held()` gives the jobs whose handlers run now; `lost(id)` is called for
-    each one the database no longer gives to this worker."""
+    """Heartbeats: `held()` gives the jobs whose handlers run now; `lost(job)` is called
+    for each one whose claim the database no longer gives to this worker."""
 
     name = "lease-keeper"
 
@@ -171,7 +170,7 @@ class LeaseKeeper(Loop):
         pool: AsyncConnectionPool[Connection],
         lease_s: float,
         held: Callable[[], Sequence[ClaimedJob]],
-        lost: Callable[[uuid.UUID], None],
+        lost: Callable[[ClaimedJob], None],
     ) -> None:
         self.lease_s = _positive("lease_s", lease_s)
         super().__init__(interval_s=lease_s / 3)
@@ -189,9 +188,9 @@ class LeaseKeeper(Loop):
             return 0
         async with self._pool.connection() as conn:
             kept = await claims.heartbeat_many(conn, jobs, lease_s=self.lease_s)
-        gone = [job.id for job in jobs if job.id not in kept]
-        for job_id in gone:
-            self._lost(job_id)
+        gone = [job for job in jobs if job.claim_token not in kept]
+        for job in gone:
+            self._lost(job)
         return len(gone)
 
 

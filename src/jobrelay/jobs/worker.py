@@ -210,6 +210,8 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.metrics_port: int | None = None
         self.stats = WorkerStats()
+        # Runs by claim token, not job id: a job retried at once can be claimed again by
+        # this worker while the run that retried it is still returning its connection.
         self._runs: dict[uuid.UUID, _Run] = {}
         self._busy: Counter[str] = Counter()  # slots taken per class (running + held)
         self._backlog: list[ClaimedJob] = []  # claimed ahead (prefetch), not started
@@ -427,25 +429,25 @@ class Worker:
                 waiting.append(job)
         self._backlog = waiting
         for job in waiting:  # held jobs are heartbeated too
-            self._runs.setdefault(job.id, _Run(job))
+            self._runs.setdefault(job.claim_token, _Run(job))
 
     async def _release_backlog(self) -> None:
         backlog, self._backlog = self._backlog, []
         for job in backlog:
             await self._release(job)
-            self._runs.pop(job.id, None)
+            self._runs.pop(job.claim_token, None)
             self._busy[job.concurrency_class] -= 1
 
     def _spawn(self, job: ClaimedJob) -> None:
-        run = self._runs.get(job.id) or _Run(job)
+        run = self._runs.get(job.claim_token) or _Run(job)
         run.started = True
         run.task = asyncio.create_task(self._process(run), name=f"job:{job.type}:{job.id}")
-        self._runs[job.id] = run
+        self._runs[job.claim_token] = run
         self.metrics.running.labels(job.concurrency_class).inc()
         run.task.add_done_callback(lambda _: self._finished(run))
 
     def _finished(self, run: _Run) -> None:
-        if self._runs.pop(run.job.id, None) is not None:
+        if self._runs.pop(run.job.claim_token, None) is not None:
             self._busy[run.job.concurrency_class] -= 1
             self.metrics.running.labels(run.job.concurrency_class).dec()
         if self._backlog and not self._stop_requested.is_set():
@@ -458,17 +460,17 @@ class Worker:
     def _held(self) -> list[ClaimedJob]:
         return [r.job for r in self._runs.values() if not r.settling and not r.lost]
 
-    def _lease_lost(self, job_id: uuid.UUID) -> None:
-        run = self._runs.get(job_id)
+    def _lease_lost(self, job: ClaimedJob) -> None:
+        run = self._runs.get(job.claim_token)
         if run is None or run.settling or run.lost:
             return  # finished meanwhile: its own write decides
         run.lost = True
-        log.warning("job %s: lease lost, stopping its handler", job_id)
+        log.warning("job %s: lease lost, stopping its handler", job.id)
         if run.task is not None:
             run.task.cancel()
         else:  # held, not started: just forget it
-            self._backlog = [j for j in self._backlog if j.id != job_id]
-            self._runs.pop(job_id, None)
+            self._backlog = [j for j in self._backlog if j.claim_token != job.claim_token]
+            self._runs.pop(job.claim_token, None)
             self._busy[run.job.concurrency_class] -= 1
             self.stats.lease_lost += 1
             self.metrics.lease_lost.inc()
