@@ -1,4 +1,5 @@
-"""The local SQS/S3 emulator: moto's server in a child process on a loopback port."""
+"""The local SQS/S3 emulator: moto's server (`jobrelay.aws.moto_server`) in a child process
+on a loopback port."""
 
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ class LocalEmulator:
                 "set JOBRELAY_EMULATOR_PORT to another port (0 picks a free one)"
             )
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+            [
+                *(sys.executable, "-m", "jobrelay.aws.moto_server"),
+                *("-H", self.host, "-p", str(self.port)),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
