@@ -10,7 +10,18 @@ REPO="$(cd "$HERE/../.." && pwd)"
 PEERS_DIR="${PEERS_DIR:-/work/shared/bench-peers}"
 VENV="${PEERS_VENV:-/tmp/peers-venv}"
 if [ ! -x "$VENV/bin/python" ]; then
-  PY="${PEERS_PYTHON:-$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1)}"
+  # oban needs Python >= 3.12; pyenv's shim for python3.12 exists but fails unless 3.12 is
+  # selected, so take the first candidate that really runs.
+  PY="${PEERS_PYTHON:-}"
+  if [ -z "$PY" ]; then
+    for candidate in $(command -v python3.12) /root/.pyenv/versions/3.12*/bin/python3.12; do
+      if "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+        PY="$candidate"
+        break
+      fi
+    done
+  fi
+  [ -n "$PY" ] || { echo "run_with_peers.sh: no Python >= 3.12 found; set PEERS_PYTHON" >&2; exit 2; }
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q -r "$PEERS_DIR/requirements.txt"
 fi
