@@ -54,8 +54,13 @@ class LocalEmulator:
             )
         self.process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "jobrelay.aws.moto_server"),
-                *("-H", self.host, "-p", str(self.port)),
+                sys.executable,
+                "-m",
+                "jobrelay.aws.moto_server",
+                "-H",
+                self.host,
+                "-p",
+                str(self.port),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
