@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import open_pool
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
-from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 SCENARIOS = ("plain", "classes", "cap_only", "sources_only")
@@ -63,7 +63,7 @@ def _config(scenario: str) -> WorkerConfig:
 
 
 async def _drain(dsn: str, n: int, scenario: str, sources: int) -> float:
-    registry = build_registry(diag_enabled=True)
+    registry = product_job_types(diag_enabled=True).registry()
     pool = await open_pool(dsn, min_size=2, max_size=16)
     try:
         async with pool.connection() as conn:

@@ -17,17 +17,31 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.bootstrap import product_job_types
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.service import JobsService
-from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
 from tests.harness import cli_env, jobrelay_command, wait_until
 
 T = TypeVar("T")
+
+
+def build_registry(
+    *,
+    diag_enabled: bool = True,
+    failpoints: Failpoints = NO_FAILPOINTS,
+    extra: JobTypes | None = None,
+) -> Registry:
+    """The product's job types (and `extra`), as a deployment with no app loads them."""
+    group = product_job_types(diag_enabled=diag_enabled, failpoints=failpoints)
+    if extra is not None:
+        group.include(extra)
+    return group.registry()
 
 
 def registry() -> Registry:

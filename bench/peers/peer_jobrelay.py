@@ -17,12 +17,12 @@ import os
 from importlib.metadata import version as _v
 from typing import Any
 
+from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.pool import open_pool
 from jobrelay.domain.jobs import Complete
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.registry import JobContext, Registry
-from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 _HANDLER: Any = None
@@ -35,12 +35,13 @@ async def bench_noop(ctx: JobContext[Any]) -> Complete:
 
 
 def _registry() -> Registry:
-    base = build_registry(diag_enabled=True)
+    base = product_job_types(diag_enabled=True).registry()
     return Registry(
         [
             dataclasses.replace(entry, handler=bench_noop) if entry.name == "diag.noop" else entry
             for entry in base
-        ]
+        ],
+        classes=base.classes,
     )
 
 
@@ -64,7 +65,9 @@ class Adapter:
 
     async def open(self) -> None:
         self.pool = await open_pool(self.dsn, min_size=1, max_size=2)
-        self.enqueuer = Enqueuer(build_registry(diag_enabled=True), payload_limit_bytes=262144)
+        self.enqueuer = Enqueuer(
+            product_job_types(diag_enabled=True).registry(), payload_limit_bytes=262144
+        )
 
     async def close(self) -> None:
         await self.pool.close()

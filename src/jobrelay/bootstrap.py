@@ -23,6 +23,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay import content, diagnostics
 from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
@@ -37,22 +38,24 @@ from jobrelay.aws.emulator import EmulatorError, LocalEmulator, port_is_free
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
 from jobrelay.batches.service import BatchService
+from jobrelay.content.service import MediaService
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
 from jobrelay.db.pool import Connection, check_connection, open_pool
 from jobrelay.domain.errors import FieldError, InvalidInput, JobrelayError, NotFound
-from jobrelay.domain.jobs_config import ConfigError, parse_class_counts
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, parse_class_counts
+from jobrelay.generations import code2wf_dispatch
 from jobrelay.generations.children import ChildService
 from jobrelay.generations.code2wf import Code2WfService
-from jobrelay.generations.code2wf_dispatch import job_type as code2wf_dispatch_type
 from jobrelay.generations.webhooks import WorkerWebhooks
+from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import Enqueuer
-from jobrelay.jobs.failpoints import Failpoints
-from jobrelay.jobs.registry import JobType, Registry
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
+from jobrelay.jobs.loading import AppLoadError, load_app, load_entry_points
+from jobrelay.jobs.registry import Registry, RegistryError
 from jobrelay.jobs.service import JobsService
-from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import WorkerConfig
 from jobrelay.settings import Settings
 from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
@@ -73,6 +76,7 @@ __all__ = [
     "build_services",
     "database",
     "database_report",
+    "deployment_job_types",
     "jobs_registry",
     "jobs_service",
     "local_emulator",
@@ -80,6 +84,7 @@ __all__ = [
     "migrate_database",
     "parse_slots",
     "prepare_aws",
+    "product_job_types",
     "require_free_port",
     "run_relay",
     "run_sqs_worker",
@@ -99,6 +104,7 @@ class Services:
     pool: AsyncConnectionPool[Connection]
     aws: AwsEndpoint
     jobs: JobsService
+    media: MediaService
     tokens: TokenVerifier
     tenancy: Tenancy
     batches: BatchService
@@ -257,6 +263,7 @@ async def build_services(
             pool=pool,
             aws=aws,
             jobs=jobs,
+            media=MediaService(pool),
             tokens=token_verifier(settings, issuer),
             tenancy=tenancy,
             batches=BatchService(pool, batch_limits(settings)),
@@ -269,18 +276,57 @@ async def build_services(
         await pool.close()
 
 
+def product_job_types(
+    *,
+    diag_enabled: bool,
+    failpoints: Failpoints = NO_FAILPOINTS,
+    send: code2wf_dispatch.MessageSender | None = None,
+) -> JobTypes:
+    """The product's job types: content, Code2WF dispatch, and diagnostics when enabled."""
+    group = JobTypes()
+    group.include(content.job_types(failpoints=failpoints))
+    group.include(code2wf_dispatch.job_types(send))
+    if diag_enabled:
+        group.include(diagnostics.job_types)
+    return group
+
+
+def deployment_job_types(
+    settings: Settings,
+    *,
+    failpoints: Failpoints | None = None,
+    send: code2wf_dispatch.MessageSender | None = None,
+) -> JobTypes:
+    """Every job type this deployment runs: the product's, the apps of `JOBRELAY_APP` /
+    `--app`, and the packages of the `jobrelay.job_types` entry-point group, all declared
+    through the same `JobTypes`."""
+    group = product_job_types(
+        diag_enabled=settings.diag_jobs_enabled,
+        failpoints=failpoints or Failpoints.parse(settings.jobs_failpoints),
+        send=send,
+    )
+    try:
+        for reference in settings.app:
+            group.include(load_app(reference))
+        for installed in load_entry_points():
+            group.include(installed)
+    except AppLoadError as exc:
+        raise StartupError(str(exc)) from None
+    return group
+
+
 def jobs_registry(
     settings: Settings,
     failpoints: Failpoints | None = None,
-    code2wf_dispatch: JobType[Any] | None = None,
+    send: code2wf_dispatch.MessageSender | None = None,
 ) -> Registry:
-    """The closed registry of job types; raises `RegistryError` when it is incomplete."""
-    return build_registry(
-        diag_enabled=settings.diag_jobs_enabled,
-        failpoints=failpoints or Failpoints.parse(settings.jobs_failpoints),
-        payload_limit_bytes=settings.jobs_payload_limit_bytes,
-        code2wf_dispatch=code2wf_dispatch,
-    )
+    """The closed registry of this deployment's job types; raises `StartupError` with one
+    line naming every problem (an app that does not load, two types with one name, an
+    incomplete declaration)."""
+    try:
+        return deployment_job_types(settings, failpoints=failpoints, send=send).registry()
+    except RegistryError as exc:
+        raise StartupError(f"job types: {exc}") from None
 
 
 def jobs_service(
@@ -288,10 +334,8 @@ def jobs_service(
 ) -> JobsService:
     """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
     failpoints = Failpoints.parse(settings.jobs_failpoints)
-    dispatch = None
-    if endpoint is not None:
-        dispatch = code2wf_dispatch_type(pool, QueueSender(endpoint, settings.sqs_queue_name))
-    registry = jobs_registry(settings, failpoints, dispatch)
+    send = None if endpoint is None else QueueSender(endpoint, settings.sqs_queue_name)
+    registry = jobs_registry(settings, failpoints, send)
     return JobsService(
         pool=pool,
         registry=registry,
@@ -304,11 +348,11 @@ def jobs_service(
     )
 
 
-def parse_slots(text: str, *, what: str = "--slots") -> dict[str, int]:
+def parse_slots(text: str, *, what: str = "--slots", empty_ok: bool = False) -> dict[str, int]:
     """`ai=2,default=8` as slots per class; raises `InvalidInput` naming the bad value."""
     try:
         slots = parse_class_counts(text, what=what, minimum=0)
-        if not any(slots.values()):
+        if not (empty_ok and not slots) and not any(slots.values()):
             raise ConfigError(f"invalid {what} {text!r}: at least one class needs a slot")
     except ConfigError as exc:
         raise InvalidInput(str(exc), [FieldError(what, str(exc))]) from None
@@ -317,26 +361,39 @@ def parse_slots(text: str, *, what: str = "--slots") -> dict[str, int]:
 
 def worker_config(
     settings: Settings,
+    registry: Registry,
     *,
     concurrency: int | None = None,
     slots: dict[str, int] | None = None,
     metrics_port: int | None = None,
     shutdown_grace_s: float | None = None,
 ) -> WorkerConfig:
-    """The worker's configuration from settings and CLI overrides.
+    """The worker's configuration from the registry, settings and CLI overrides.
 
-    `--slots` (or `JOBRELAY_WORKER_SLOTS`) sets slots per class; `--concurrency N` alone
-    (the jobs-engine form) lets every class share N slots.
+    Slots per class: `--slots` alone when given (a class left out is not claimed); else the
+    classes the job types declare, overridden by `JOBRELAY_WORKER_SLOTS`. `--concurrency N`
+    alone lets every known class share N slots. Raises `StartupError` when a job type's
+    class has slots nowhere (neither declared nor configured): its jobs could never run.
     """
+    configured = parse_slots(settings.worker_slots, what="JOBRELAY_WORKER_SLOTS", empty_ok=True)
+    known = {DEFAULT_CLASS: 10, **registry.classes, **configured}
+    unserved = registry.unserved_classes({**known, **(slots or {})})
+    if unserved:
+        listed = ", ".join(f"{name} (class {cls!r})" for name, cls in sorted(unserved.items()))
+        raise StartupError(
+            f"job types whose concurrency class has no slots anywhere: {listed}; declare the "
+            "class with its slots (JobTypes(classes=...)) or set JOBRELAY_WORKER_SLOTS"
+        )
     concurrency = concurrency or settings.worker_concurrency
     if slots is None and concurrency is None:
-        slots = parse_slots(settings.worker_slots, what="JOBRELAY_WORKER_SLOTS")
+        slots = known
     caps = parse_class_counts(
         settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
     )
     return WorkerConfig(
         concurrency=concurrency,
         slots=slots,
+        known_classes=tuple(sorted(known)),
         global_caps=caps,
         lease_s=settings.jobs_lease_s,
         poll_interval_s=settings.worker_poll_interval_s,

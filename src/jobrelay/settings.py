@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     relay_retry_delay_s: float = Field(default=2.0, ge=0)
     relay_metrics_port: int = Field(default=0, ge=0, le=65535, description="0: no endpoint.")
 
+    app: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Job types of your own: package.module:attribute (a JobTypes), "
+        "comma-separated; the worker's and the API's --app add to it.",
+    )
     diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
     jobs_payload_limit_bytes: int = Field(
         default=256 * 1024, ge=1, description="Largest job payload, in UTF-8 bytes of JSON."
@@ -127,8 +132,9 @@ class Settings(BaseSettings):
         description="Total jobs run at once per worker; alone, every class shares them.",
     )
     worker_slots: str = Field(
-        default="ai=2,default=8",
-        description="Jobs run at once per concurrency class, e.g. ai=2,default=8.",
+        default="",
+        description="Jobs run at once per concurrency class, e.g. ai=2,default=8; "
+        "overrides the slots the job types declare.",
     )
     worker_poll_interval_s: float = Field(
         default=0.25,
@@ -163,7 +169,7 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
-    @field_validator("webhook_secrets", "auth_client_ids", "auth_token_uses", mode="before")
+    @field_validator("webhook_secrets", "auth_client_ids", "auth_token_uses", "app", mode="before")
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
@@ -171,9 +177,7 @@ class Settings(BaseSettings):
     @field_validator("worker_slots")
     @classmethod
     def _valid_slots(cls, value: str) -> str:
-        slots = parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
-        if not any(slots.values()):
-            raise ValueError(f"JOBRELAY_WORKER_SLOTS {value!r}: at least one class needs a slot")
+        parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
         return value
 
     @field_validator("jobs_global_caps")

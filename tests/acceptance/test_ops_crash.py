@@ -12,11 +12,11 @@ import pytest
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import open_pool
-from jobrelay.jobs.types import build_registry
 from jobrelay.ops.check import create_dedupe_index
 from jobrelay.ops.control import set_pause
 from jobrelay.ops.duplicates import reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import default_claim_check, set_logged
+from tests.jobs_support import build_registry
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
 
 POLICIES = registry_policies(build_registry(diag_enabled=True))

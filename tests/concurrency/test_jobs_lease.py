@@ -11,9 +11,7 @@ from jobrelay.domain.jobs import FailureKind, LeaseLost
 from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.registry import JobContext
-from jobrelay.jobs.types import build_registry
-from jobrelay.jobs.types.media import MediaProcess
-from tests.jobs_support import eventually, fetch, row, service
+from tests.jobs_support import build_registry, eventually, fetch, row, service
 
 Pool = AsyncConnectionPool[Connection]
 
@@ -22,7 +20,7 @@ async def _outputs_of(registry_pool: Pool, job: claims.ClaimedJob):  # type: ign
     """Run the real media.process handler for `job`; returns its Complete outcome."""
     entry = build_registry(diag_enabled=False).get("media.process")
     assert entry is not None and entry.handler is not None
-    payload = MediaProcess.model_validate({**job.payload, "type": "media.process"})
+    payload = entry.payload_model.model_validate({**job.payload, "type": "media.process"})
     return await entry.handler(JobContext(job, payload))
 
 

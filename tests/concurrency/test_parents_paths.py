@@ -20,9 +20,9 @@ from jobrelay.domain.errors import InvalidInput
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import Failpoints, InjectedFailure
 from jobrelay.jobs.registry import Registry
-from jobrelay.jobs.types import build_registry
 from tests.harness import wait_until
 from tests.jobs_support import (
+    build_registry,
     eventually,
     fetch,
     query,
@@ -77,13 +77,13 @@ def _batches(dsn: str) -> dict[str, uuid.UUID]:
             async with pool.connection() as conn, conn.transaction():
                 parent = uuid.uuid4()
                 await conn.execute(
-                    "INSERT INTO jobs (id, type, payload, available_at) "
-                    "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00')",
+                    "INSERT INTO jobs (id, type, payload, available_at, role) "
+                    "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00', 'parent')",
                     (parent, Jsonb({"sourceIds": ["ok1"]})),
                 )
                 await conn.execute(
-                    "INSERT INTO jobs (id, type, payload, parent_id) "
-                    "VALUES (%s, 'ccip.dispatch', %s, %s)",
+                    "INSERT INTO jobs (id, type, payload, parent_id, role) "
+                    "VALUES (%s, 'ccip.dispatch', %s, %s, 'dispatch')",
                     (uuid.uuid4(), Jsonb({"sourceIds": []}), parent),
                 )
             ids["dispatch_fails"] = parent

@@ -30,13 +30,13 @@ async def _parent_with_items(pool: Pool, items: int) -> tuple[uuid.UUID, list[uu
     children = [uuid.uuid4() for _ in range(items)]
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(
-            "INSERT INTO jobs (id, type, payload, available_at) "
-            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00')",
+            "INSERT INTO jobs (id, type, payload, available_at, role) "
+            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00', 'parent')",
             (parent, Jsonb({"allSources": True})),
         )
         await conn.execute(
-            "INSERT INTO jobs (id, type, payload, parent_id, status, finished_at) "
-            "VALUES (%s, 'ccip.dispatch', %s, %s, 'completed', now())",
+            "INSERT INTO jobs (id, type, payload, parent_id, status, finished_at, role) "
+            "VALUES (%s, 'ccip.dispatch', %s, %s, 'completed', now(), 'dispatch')",
             (uuid.uuid4(), Jsonb({"allSources": True}), parent),
         )
         for n, child in enumerate(children):
@@ -125,8 +125,8 @@ async def test_the_reconciler_repairs_parents_left_behind(pool: Pool) -> None:
             (children,),
         )
         await conn.execute(
-            "INSERT INTO jobs (id, type, payload, available_at) "
-            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00')",
+            "INSERT INTO jobs (id, type, payload, available_at, role) "
+            "VALUES (%s, 'ccip.batch', %s, '9999-12-31 00:00:00+00', 'parent')",
             (bare_parent, Jsonb({"allSources": True})),
         )
     live_parent, _ = await _parent_with_items(pool, 1)

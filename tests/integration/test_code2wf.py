@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from jobrelay import content
 from jobrelay.aws.clients import AwsEndpoint, QueueSender, s3_client
 from jobrelay.domain.retry import RetryPolicy
+from jobrelay.generations import code2wf_dispatch
 from jobrelay.generations.code2wf import Code2WfService, NewGeneration, fail_orphaned_generations
 from jobrelay.generations.code2wf_dispatch import MessageSender
-from jobrelay.generations.code2wf_dispatch import job_type as dispatch_type
-from jobrelay.jobs.types import build_registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources, api_harness
@@ -45,10 +45,9 @@ async def dispatching(api: ApiHarness, send: MessageSender | None = None) -> Asy
     """A jobs worker whose Code2WF dispatch sends with `send` (default: the test queue)."""
     settings = api.services.settings
     sender = send or QueueSender(api.services.aws, settings.sqs_queue_name)
-    registry = build_registry(
-        diag_enabled=True,
-        code2wf_dispatch=dispatch_type(api.services.pool, sender, retry=FAST_RETRY),
-    )
+    group = content.job_types()
+    group.include(code2wf_dispatch.job_types(sender, retry=FAST_RETRY))
+    registry = group.registry()
     worker = Worker(
         pool=api.services.pool,
         registry=registry,

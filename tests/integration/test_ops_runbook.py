@@ -14,12 +14,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.jobs.claims import claim
-from jobrelay.jobs.types import build_registry
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import set_pause
 from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
 from tests.harness import ApiHarness, run_cli
+from tests.jobs_support import build_registry
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
 
 POLICIES = registry_policies(build_registry(diag_enabled=True))

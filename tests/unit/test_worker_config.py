@@ -11,6 +11,8 @@ from jobrelay.jobs.worker import WorkerConfig
 
 def test_class_counts_parse() -> None:
     assert parse_class_counts("ai=2, default=8", what="--slots") == {"ai": 2, "default": 8}
+    # classes are data: any well-formed name, e.g. one a user's job types declare
+    assert parse_class_counts("gpu=1", what="--slots") == {"gpu": 1}
     assert parse_class_counts("", what="caps") == {}
 
 
@@ -18,7 +20,7 @@ def test_class_counts_parse() -> None:
     ("text", "named"),
     [
         ("ai=x", "'x' is not an integer"),
-        ("gpu=1", "unknown class 'gpu'"),
+        ("GPU=1", "invalid concurrency class 'GPU'"),
         ("ai=1,ai=2", "given twice"),
         ("ai", "expected CLASS=N"),
         ("ai=-1", "must be >= 0"),
@@ -47,8 +49,9 @@ def test_failpoints_fire_the_given_number_of_times() -> None:
 
 
 def test_worker_config_slots_and_totals() -> None:
-    shared = WorkerConfig(concurrency=4)
+    shared = WorkerConfig(concurrency=4, known_classes=("ai", "default"))
     assert shared.class_slots == {"ai": 4, "default": 4} and shared.total_slots == 4
+    assert WorkerConfig(concurrency=3).class_slots == {"default": 3}
     split = WorkerConfig(slots={"ai": 2, "default": 8})
     assert split.total_slots == 10 and split.classes == ("ai", "default")
     only_ai = WorkerConfig(slots={"ai": 3, "default": 0})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from jobrelay import __version__
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
@@ -15,12 +16,12 @@ def create_app(services: Services) -> FastAPI:
     """The API for `services`; nothing is read from the environment here."""
     app = FastAPI(
         title="jobrelay",
-        version="0.1.0",
+        version=__version__,
         description="Durable jobs, batch outbox and Code2WF generations on PostgreSQL.",
     )
     app.state.services = services
     install_problem_handlers(app)
-    install_openapi(app)
+    install_openapi(app, services.jobs.registry)
     app.add_middleware(BodySizeLimit, max_bytes=services.settings.api_max_body_bytes)
     app.include_router(health.router)
     app.include_router(tenancy.router)

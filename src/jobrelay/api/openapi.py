@@ -1,8 +1,11 @@
-"""The OpenAPI document as the API really answers: every error is problem+json.
+"""The OpenAPI document as the API really answers: every error is problem+json, and the
+body of `POST /v1/jobs` is a union of the registry's job types.
 
 FastAPI documents its own 422 body (`HTTPValidationError`) and no 401; jobrelay answers
-every error with RFC 9457 problem details. This rewrites the generated document once so
-clients and schemathesis see the truth.
+every error with RFC 9457 problem details. The jobs route validates payloads through the
+registry at run time (so errors keep jobrelay's field paths), which FastAPI sees as a plain
+object; the document shows each job type's request instead, discriminated by `type`. This
+rewrites the generated document once so clients and schemathesis see the truth.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from jobrelay.api.problems import PROBLEM_JSON
+from jobrelay.jobs.registry import Registry
 
 
 class FieldProblem(BaseModel):
@@ -40,8 +44,9 @@ _DESCRIPTIONS = {
 }
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Replace `app.openapi` with a cached generator that documents problem responses."""
+def install_openapi(app: FastAPI, registry: Registry) -> None:
+    """Replace `app.openapi` with a cached generator that documents problem responses and
+    the job types of `registry`."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -52,6 +57,7 @@ def install_openapi(app: FastAPI) -> None:
                 routes=app.routes,
             )
             _document_problems(schema)
+            _document_job_types(schema, registry)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -78,3 +84,40 @@ def _document_problems(schema: dict[str, Any]) -> None:
                     description = _DESCRIPTIONS.get(status) or response.get("description")
                     response["description"] = description or "Error"
                     response["content"] = {PROBLEM_JSON: {"schema": _PROBLEM_REF}}
+
+
+_REF = "#/components/schemas/{model}"
+JOBS_PATH = "/v1/jobs"
+
+
+def _document_job_types(schema: dict[str, Any], registry: Registry) -> None:
+    """`POST /v1/jobs` takes one of `JobRequest.<type>`: `type` fixed, `payload` the type's
+    model (without its discriminator), and the common options of `JobIn`."""
+    operation = schema.get("paths", {}).get(JOBS_PATH, {}).get("post")
+    if operation is None:
+        return
+    components = schema["components"]["schemas"]
+    common = components.get("JobIn", {}).get("properties", {})
+    options = {name: spec for name, spec in common.items() if name not in ("type", "payload")}
+    mapping: dict[str, str] = {}
+    for job_type in sorted(registry, key=lambda t: t.name):
+        payload = job_type.payload_model.model_json_schema(by_alias=True, ref_template=_REF)
+        components.update(payload.pop("$defs", {}))
+        payload.get("properties", {}).pop("type", None)
+        if "type" in payload.get("required", []):
+            payload["required"].remove("type")
+        payload["title"] = f"{job_type.name} payload"
+        name = f"JobRequest.{job_type.name}"
+        components[name] = {
+            "title": name,
+            "type": "object",
+            "properties": {"type": {"const": job_type.name}, "payload": payload, **options},
+            "required": ["type", "payload"],
+            "additionalProperties": False,
+        }
+        mapping[job_type.name] = f"#/components/schemas/{name}"
+    body = {
+        "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        "discriminator": {"propertyName": "type", "mapping": mapping},
+    }
+    operation["requestBody"]["content"]["application/json"]["schema"] = body

@@ -41,7 +41,6 @@ from jobrelay.batches.service import retry_on_deadlock
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
-from jobrelay.generations.code2wf import fail_orphaned_generations
 
 _SQL = Queries("jobrelay.batches")
 log = structlog.get_logger("jobrelay.relay")
@@ -411,9 +410,6 @@ class Relay:
         while not stop.is_set():
             try:
                 await self.sweep()
-                # Generations dispatched through the jobs engine get the same guarantee:
-                # none stays processing after its dispatch job ended without sending.
-                await fail_orphaned_generations(self._pool)
             except Exception:
                 log.exception("relay.sweep_failed")
             with contextlib.suppress(TimeoutError):

@@ -37,7 +37,10 @@ class InvalidInput(JobrelayError):
     errors: list[FieldError] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return self.detail
+        """The detail and each field error it does not already say, e.g. for the CLI:
+        `invalid payload for job type 'diag.sleep': payload.seconds: Field required`."""
+        extra = [f"{e.path}: {e.message}" for e in self.errors if e.message not in self.detail]
+        return f"{self.detail}: {'; '.join(extra)}" if extra else self.detail
 
 
 class Unauthenticated(JobrelayError):

@@ -59,11 +59,6 @@ class EnqueueOutcome(StrEnum):
     DEDUPLICATED = "deduplicated"
 
 
-class ConcurrencyClass(StrEnum):
-    AI = "ai"
-    DEFAULT = "default"
-
-
 class JobRole(StrEnum):
     """How a job type takes part in parent/child work (DESIGN.md 3, invariant 12)."""
 

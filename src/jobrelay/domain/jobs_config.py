@@ -6,11 +6,14 @@ error names the offending value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from jobrelay.domain.jobs import ConcurrencyClass
-
-CLASSES: tuple[str, ...] = tuple(c.value for c in ConcurrencyClass)
+# Concurrency classes are data: any name of this shape, declared by the job types that use
+# it and given slots by the registry or the settings. A job type without a class is here.
+DEFAULT_CLASS = "default"
+CLASS_NAME_PATTERN = r"^[a-z][a-z0-9_.-]{0,62}$"
+_CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 
 # Where a failure can be injected between the writes of parent/child work (tests, drills).
 FAILPOINTS: frozenset[str] = frozenset(
@@ -28,10 +31,20 @@ class ConfigError(ValueError):
     """A configuration value is malformed; the message names the value and what is wrong."""
 
 
+def check_class_name(name: str) -> str:
+    """`name` when it is a valid concurrency class name; raises `ConfigError` otherwise."""
+    if not _CLASS_NAME.fullmatch(name):
+        raise ConfigError(
+            f"invalid concurrency class {name!r}: lowercase letters, digits, '_', '.', '-', "
+            "starting with a letter, at most 63 characters"
+        )
+    return name
+
+
 def parse_class_counts(text: str, *, what: str, minimum: int = 0) -> dict[str, int]:
     """`"ai=2,default=8"` -> `{"ai": 2, "default": 8}`.
 
-    Each class at most once, a known class, an integer >= `minimum`. An empty text is an
+    Each class at most once, a valid class name, an integer >= `minimum`. An empty text is an
     empty mapping. Raises `ConfigError` naming `what` and the bad part.
     """
     counts: dict[str, int] = {}
@@ -43,10 +56,10 @@ def parse_class_counts(text: str, *, what: str, minimum: int = 0) -> dict[str, i
         name, value = name.strip(), value.strip()
         if not sep or not name or not value:
             raise ConfigError(f"invalid {what} {part!r}: expected CLASS=N, e.g. ai=2,default=8")
-        if name not in CLASSES:
-            raise ConfigError(
-                f"invalid {what} {part!r}: unknown class {name!r} (known: {', '.join(CLASSES)})"
-            )
+        try:
+            check_class_name(name)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid {what} {part!r}: {exc}") from None
         if name in counts:
             raise ConfigError(f"invalid {what} {text!r}: class {name!r} given twice")
         try:

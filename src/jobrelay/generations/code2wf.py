@@ -155,7 +155,8 @@ class Code2WfService:
 
 async def fail_orphaned_generations(pool: AsyncConnectionPool[Connection]) -> list[str]:
     """Fail processing generations whose dispatch job ended without dispatching (its lease
-    expired on the last attempt, or an operator cancelled it); run by the relay's sweep."""
+    expired on the last attempt, or an operator cancelled it); run by every worker as the
+    sweep `code2wf.orphans`."""
     async with transaction(pool) as conn:
         rows = await (await conn.execute(_SQL.code2wf_fail_orphans)).fetchall()
     return [str(r["id"]) for r in rows]

@@ -5,12 +5,16 @@ generation that is no longer processing (an earlier attempt's message already pr
 outcome, or it was deleted), and sends the message built from the row and its Page Import's
 result location. Transient send failures retry with backoff; on the last attempt the job
 completes having failed the generation with a safe message, in the completing transaction.
+
+A dispatch job can also end without running to that point (its lease expired on the last
+attempt, an operator cancelled it): the sweep `code2wf.orphans`, run by every worker, fails
+the generations such jobs left processing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from pydantic import Field
@@ -19,7 +23,9 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import Complete, Outcome, Retry
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.generations.code2wf import fail_orphaned_generations
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.registry import JobContext, JobPayload
 from jobrelay.protocol import Code2WfMessage
 
 _SQL = Queries("jobrelay.generations")
@@ -31,23 +37,24 @@ MessageSender = Callable[[str], Awaitable[str]]
 
 
 class Code2WfDispatch(JobPayload):
-    type: Literal["code2wf.dispatch"] = "code2wf.dispatch"
     code2wf_id: str = Field(alias="code2wfId", min_length=1, max_length=255)
 
 
 DEFAULT_RETRY = RetryPolicy(max_attempts=5, base_s=1.0, cap_s=60.0)
 
 
-def job_type(
-    pool: AsyncConnectionPool[Connection] | None = None,
-    send: MessageSender | None = None,
-    *,
-    retry: RetryPolicy = DEFAULT_RETRY,
-) -> JobType[Code2WfDispatch]:
-    """The job type; without a pool and a sender (a process that cannot reach SQS) every
-    attempt retries with the reason, so another worker that can dispatch picks it up."""
+ORPHAN_SWEEP_INTERVAL_S = 10.0
 
+
+def job_types(send: MessageSender | None = None, *, retry: RetryPolicy = DEFAULT_RETRY) -> JobTypes:
+    """`code2wf.dispatch` and the orphan sweep; without a sender (a process that cannot
+    reach SQS) every attempt retries with the reason, so a worker that can dispatch picks
+    it up."""
+    group = JobTypes()
+
+    @group.job_type(TYPE, retry=retry)
     async def handle(ctx: JobContext[Code2WfDispatch]) -> Outcome:
+        pool = ctx.pool
         if pool is None or send is None:
             return Retry("this worker cannot dispatch Code2WF (no SQS configured)")
         code2wf_id = ctx.payload.code2wf_id
@@ -71,12 +78,12 @@ def job_type(
             return Retry(reason)
         return Complete(result={"dispatched": True, "messageId": message_id})
 
-    return JobType(
-        name=TYPE,
-        payload_model=Code2WfDispatch,
-        handler=handle,
-        retry=retry,
-    )
+    group.sweep("code2wf.orphans", every_s=ORPHAN_SWEEP_INTERVAL_S)(_fail_orphans)
+    return group
+
+
+async def _fail_orphans(pool: AsyncConnectionPool[Connection]) -> int:
+    return len(await fail_orphaned_generations(pool))
 
 
 def _message(row: dict[str, Any]) -> Code2WfMessage:

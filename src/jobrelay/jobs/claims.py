@@ -32,10 +32,8 @@ from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
-from jobrelay.jobs.registry import DISPATCH_TYPES, PARENT_TYPES
 
 _QUERIES = Queries("jobrelay.jobs")
-ALL_CLASSES = ("ai", "default")
 # The unique indexes a claim may hit when another claimer won a race (see claim_jobs.sql).
 CLAIM_RACE_CONSTRAINTS = frozenset({"jobs_running_source_key", "jobs_running_class_slot"})
 
@@ -71,7 +69,7 @@ async def claim(
     worker_id: str,
     limit: int,
     lease_s: float,
-    classes: Sequence[str] = ALL_CLASSES,
+    classes: Sequence[str] | None = None,
     limits: Mapping[str, int] | None = None,
     caps: Mapping[str, int] | None = None,
 ) -> list[ClaimedJob]:
@@ -80,8 +78,12 @@ async def claim(
     `limits` bounds each class (default: `limit` for every class of `classes`); `caps` are
     the global caps per class (invariant 10). With a cap, the class's advisory lock is
     taken first and held until commit (in a transaction of its own unless one is open).
+    Without `classes` or `limits`, every class that has pending jobs is claimed from.
     """
-    per_class = dict(limits) if limits is not None else dict.fromkeys(classes, limit)
+    if limits is None and classes is None:
+        cursor = await conn.execute(_QUERIES.pending_classes)
+        classes = [str(row["concurrency_class"]) for row in await cursor.fetchall()]
+    per_class = dict(limits) if limits is not None else dict.fromkeys(classes or (), limit)
     per_class = {c: n for c, n in per_class.items() if n > 0}
     if limit <= 0 or not per_class:
         return []
@@ -173,11 +175,7 @@ async def reconcile_parents(
         return {}
     cursor = await conn.execute(
         _QUERIES.reconcile_parents,
-        {
-            "ids": sorted(set(parent_ids)),
-            "parent_types": sorted(PARENT_TYPES),
-            "dispatch_types": sorted(DISPATCH_TYPES),
-        },
+        {"ids": sorted(set(parent_ids))},
     )
     return {cast(uuid.UUID, r["id"]): str(r["status"]) for r in await cursor.fetchall()}
 
@@ -342,7 +340,7 @@ async def reconcile_stale_parents(conn: Connection, *, limit: int = 500) -> dict
     async with _transaction(conn):
         cursor = await conn.execute(
             _QUERIES.lock_stale_parents,
-            {"parent_types": sorted(PARENT_TYPES), "limit": limit},
+            {"limit": limit},
         )
         ids = [cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()]
         return await reconcile_parents(conn, ids)

@@ -28,31 +28,24 @@ from jobrelay.domain.errors import FieldError, InvalidInput, Paused
 from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome, JobRole
 from jobrelay.ids import new_uuid
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.models import Enqueued
+from jobrelay.jobs.models import Enqueued, EnqueueRequest
 from jobrelay.jobs.registry import JobType, Registry, payload_dict
 
+__all__ = ["EnqueueRequest", "Enqueuer", "enqueue"]
+
 _QUERIES = Queries("jobrelay.jobs")
+DEFAULT_PAYLOAD_LIMIT_BYTES = 256 * 1024
 _ATTEMPTS = 5  # rounds for inputs whose active job changed under the statement
 # One encoder for compact JSON: json.dumps with options builds a new encoder on every call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+# The payload limit counts UTF-8 bytes as stored, not `\uXXXX` escapes of non-ASCII text.
+_UNESCAPED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 _UPDATED_OUTCOME = {
     ConflictPolicy.IGNORE: EnqueueOutcome.DEDUPLICATED,
     ConflictPolicy.MERGE: EnqueueOutcome.MERGED,
     ConflictPolicy.SUPERSEDE: EnqueueOutcome.SUPERSEDED,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueRequest:
-    """One job to enqueue. Defaults come from the job type (priority, max attempts)."""
-
-    type: str
-    payload: Mapping[str, Any]
-    priority: int | None = None
-    delay_s: float = 0.0
-    max_attempts: int | None = None
-    parent_id: uuid.UUID | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +81,7 @@ class _Row:
             "max_attempts": self.max_attempts,
             "delay_s": self.delay_s,
             "parent_id": None if self.parent_id is None else str(self.parent_id),
+            "role": str(self.job_type.role),
         }
 
 
@@ -109,7 +103,7 @@ class Enqueuer:
 
     def prepare(self, request: EnqueueRequest, *, path: str = "") -> _Row:
         """Validate one request; raises `InvalidInput` naming the field."""
-        size = len(_COMPACT.encode(request.payload).encode())
+        size = len(_UNESCAPED.encode(request.payload).encode("utf-8", "surrogatepass"))
         if size > self._limit:
             raise InvalidInput(
                 "payload too large",
@@ -334,3 +328,27 @@ def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:
 
 def _freeze(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+async def enqueue(
+    conn: Connection,
+    registry: Registry,
+    type: str,
+    payload: Mapping[str, Any],
+    *,
+    priority: int | None = None,
+    delay_s: float = 0.0,
+    max_attempts: int | None = None,
+    payload_limit_bytes: int = DEFAULT_PAYLOAD_LIMIT_BYTES,
+) -> Enqueued:
+    """Enqueue one job of `type` in `conn`, inside the caller's transaction if one is open:
+    the job is invisible to workers until that transaction commits and gone if it rolls
+    back, so it can be created atomically with the rows that need it.
+
+    Raises `InvalidInput` naming the field when the payload does not validate, `Paused`
+    when enqueueing is paused.
+    """
+    request = EnqueueRequest(
+        type, payload, priority=priority, delay_s=delay_s, max_attempts=max_attempts
+    )
+    return await Enqueuer(registry, payload_limit_bytes=payload_limit_bytes).enqueue(conn, request)

@@ -12,6 +12,8 @@ events instead of sleeping (as River's `TestSignals`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
 * `Pruner`: deletes finished jobs older than the retention (children with their parent).
+* `SweepLoop`: runs one sweep a part declared (`JobTypes.sweep`), e.g. failing Code2WF
+  generations whose dispatch job ended without dispatching.
 * `NotifyListener`: a dedicated connection LISTENing for enqueue wake-ups; reconnects with
   backoff, and the worker keeps polling meanwhile.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -125,6 +127,29 @@ class ParentReconciler(Loop):
         if ended:
             log.warning("reconciler ended %d parents left behind: %s", len(ended), ended)
         return len(ended)
+
+
+class SweepLoop(Loop):
+    """Runs a declared sweep every `interval_s`; its name is the sweep's."""
+
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool[Connection],
+        name: str,
+        interval_s: float,
+        run: Callable[[AsyncConnectionPool[Connection]], Awaitable[int]],
+    ) -> None:
+        super().__init__(interval_s=interval_s)
+        self.name = f"sweep-{name}"
+        self._pool = pool
+        self._run_sweep = run
+
+    async def run_once(self) -> int:
+        acted = await self._run_sweep(self._pool)
+        if acted:
+            log.info("%s acted on %d rows", self.name, acted)
+        return acted
 
 
 class Pruner(Loop):

@@ -101,6 +101,18 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job to enqueue. Defaults come from the job type (priority, max attempts)."""
+
+    type: str
+    payload: Mapping[str, Any]
+    priority: int | None = None
+    delay_s: float = 0.0
+    max_attempts: int | None = None
+    parent_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     """The job an enqueue landed in and what happened to it."""
 
@@ -115,14 +127,3 @@ class JobPage:
 
     jobs: list[Job]
     next_before: uuid.UUID | None
-
-
-@dataclass(frozen=True, slots=True)
-class MediaStatus:
-    """The newest `media.process` job of a media id, or `status == "none"` when there is none."""
-
-    media_id: str
-    status: str
-    job_id: uuid.UUID | None
-    revision: int | None
-    failure_kind: str | None

@@ -3,47 +3,33 @@
 One `JobType` per type names everything the engine needs: the payload model (one member of a
 Pydantic discriminated union on `type`), the dedupe rule (a key built from named payload
 fields, never a hash of the whole payload), the conflict policy, the concurrency class, the
-serialization key, the retry policy and the handler. `Registry(...)` refuses to exist when
-an entry is incomplete or the set of types differs from `KNOWN_TYPES`; the worker and the
-API build it at startup, and a test builds it too.
+serialization key, the retry policy, the timeout and the handler. Job types are declared in
+the package that owns them (`jobrelay.jobs.declare.JobTypes`, the public API) and a
+deployment's registry is built from all of them at startup: `Registry(...)` refuses to exist
+when an entry is incomplete or two entries share a name, so a process never starts with a
+type it could store but not run. A stored job whose type is not in the registry fails
+permanently when claimed.
+
+Concurrency classes are data: a `Registry` knows the classes its types declared, with their
+default slots per worker; settings may override them (`JOBRELAY_WORKER_SLOTS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
+from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
-from jobrelay.domain.jobs import ConcurrencyClass, ConflictPolicy, JobRole, Outcome
+from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.models import ClaimedJob
-
-# The closed set of job types. Adding a type means adding it here AND registering a complete
-# `JobType` for it; `Registry` fails at startup (and in tests) when the two disagree.
-KNOWN_TYPES: frozenset[str] = frozenset(
-    {
-        "media.process",
-        "source.sync",
-        "index.sync_delta",
-        "code2wf.dispatch",
-        "diag.noop",
-        "diag.sleep",
-        "diag.fail",
-        "ccip.batch",
-        "ccip.dispatch",
-        "ccip.item",
-    }
-)
-# Parents wait (pending, never claimed) until their children are terminal; dispatch children
-# create the other children and are not counted as items. Reconciliation (jobs/claims.py)
-# uses these sets; the registry checks that the entries' roles agree.
-PARENT_TYPES: frozenset[str] = frozenset({"ccip.batch"})
-DISPATCH_TYPES: frozenset[str] = frozenset({"ccip.dispatch"})
-DIAG_PREFIX = "diag."
+from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest
 
 
 class RegistryError(RuntimeError):
@@ -53,8 +39,9 @@ class RegistryError(RuntimeError):
 class JobPayload(BaseModel):
     """Base of every payload model: camelCase JSON, unknown fields rejected, immutable.
 
-    Subclasses declare `type: Literal["<name>"]`: the discriminator of the union. It is not
-    stored (the row has a `type` column); the stored payload is the rest, by alias.
+    The discriminator `type: Literal["<name>"]` may be declared; when it is not, the
+    registry adds it. It is not stored (the row has a `type` column); the stored payload
+    is the rest, by alias.
     """
 
     model_config = ConfigDict(
@@ -64,13 +51,30 @@ class JobPayload(BaseModel):
 
 P = TypeVar("P", bound=JobPayload)
 
+# Writes jobs in the caller's connection (and transaction): children a handler creates in
+# its completing transaction.
+ChildWriter = Callable[[Connection, Sequence[EnqueueRequest]], Awaitable[Sequence[Enqueued]]]
+
 
 @dataclass(frozen=True, slots=True)
 class JobContext(Generic[P]):
-    """What a handler receives: the claim (id, attempt, revision, token) and its payload."""
+    """What a handler receives: the claim (id, attempt, revision, token), its payload, the
+    worker's pool and a way to enqueue jobs inside a transaction of the handler's own
+    (typically its `Complete(outputs=...)` writer, so they exist only if the job completes).
+    """
 
     job: ClaimedJob
     payload: P
+    pool: AsyncConnectionPool[Connection] | None = None
+    children: ChildWriter | None = None
+
+    async def enqueue(
+        self, conn: Connection, requests: Sequence[EnqueueRequest]
+    ) -> Sequence[Enqueued]:
+        """Enqueue `requests` in `conn`'s transaction (all or nothing, validated)."""
+        if self.children is None:
+            raise RuntimeError("this job context cannot enqueue (no enqueuer was given)")
+        return await self.children(conn, requests)
 
 
 Handler = Callable[[JobContext[Any]], Awaitable[Outcome]]
@@ -84,7 +88,7 @@ def _first_revision(_: Any) -> int:
     return 1
 
 
-def _no_class(_: Any) -> ConcurrencyClass | None:
+def _no_class(_: Any) -> str | None:
     return None
 
 
@@ -100,7 +104,8 @@ class JobType(Generic[P]):
     `revision`: the request revision stored on the row (supersede compares it; merge bumps it).
     `merge_field`: for policy merge, the JSON name of the list that is unioned.
     `source_key`: the serialization key (at most one running job per key).
-    `class_of`: a payload-specific concurrency class (None: `concurrency_class`).
+    `concurrency_class`: the class whose slots run it; `class_of` may choose one per payload.
+    `timeout_s`: a handler still running after this long is stopped; a retryable failure.
     `role`: ordinary job, waiting parent or dispatch child (invariant 12).
     `on_create`: for a parent, the children created with it in the same transaction.
     """
@@ -113,18 +118,30 @@ class JobType(Generic[P]):
     revision: Callable[[P], int] = _first_revision
     merge_field: str | None = None
     source_key: Callable[[P], str | None] = _no_key
-    concurrency_class: ConcurrencyClass = ConcurrencyClass.DEFAULT
+    concurrency_class: str = DEFAULT_CLASS
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     priority: int = 0
-    class_of: Callable[[P], ConcurrencyClass | None] = _no_class
+    class_of: Callable[[P], str | None] = _no_class
     role: JobRole = JobRole.JOB
     on_create: Callable[[P], Sequence[ChildSpec]] | None = None
+    timeout_s: float | None = None
 
-    def class_for(self, payload: P) -> ConcurrencyClass:
+    def class_for(self, payload: P) -> str:
         return self.class_of(payload) or self.concurrency_class
 
 
-def _literal_tag(model: type[BaseModel]) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A periodic repair a part runs in every worker (e.g. ending work whose job ended
+    without doing it). `run` gets the worker's pool and returns how many rows it acted on."""
+
+    name: str
+    every_s: float
+    run: Callable[[AsyncConnectionPool[Connection]], Awaitable[int]]
+
+
+def literal_tag(model: type[BaseModel]) -> str | None:
+    """The value of a model's `type: Literal[...]` discriminator, if it declares one."""
     info = model.model_fields.get("type")
     if info is None or get_origin(info.annotation) is not Literal:
         return None
@@ -132,31 +149,45 @@ def _literal_tag(model: type[BaseModel]) -> str | None:
     return str(values[0]) if len(values) == 1 else None
 
 
+def tagged(name: str, model: type[P]) -> type[P]:
+    """`model` with the discriminator `type: Literal[name]`: the model itself when it
+    declares it, else a subclass of the same name that adds it (instances are still
+    instances of `model`)."""
+    if literal_tag(model) is not None or "type" in model.model_fields:
+        return model
+    tag: Any = Literal[name]  # a literal built at run time: the type checker cannot see it
+    subclass: type[P] = create_model(
+        model.__name__, __base__=model, __module__=model.__module__, type=(tag, name)
+    )
+    return subclass
+
+
 def _check_entry(entry: JobType[Any]) -> list[str]:
     problems: list[str] = []
     name = entry.name
+    if not name or len(name) > 100 or name != name.strip() or " " in name:
+        problems.append(f"job type name {name!r} must be 1 to 100 characters without spaces")
     if entry.handler is None:
         problems.append(f"job type {name!r} has no handler")
     if not (isinstance(entry.payload_model, type) and issubclass(entry.payload_model, JobPayload)):
         problems.append(f"job type {name!r} has no payload schema (a JobPayload subclass)")
         return problems
-    tag = _literal_tag(entry.payload_model)
+    tag = literal_tag(entry.payload_model)
     if tag != name:
         problems.append(
             f"job type {name!r}: its payload model must declare type: Literal[{name!r}] "
             f"(found {tag!r})"
         )
-    expected_role = (
-        JobRole.PARENT
-        if name in PARENT_TYPES
-        else JobRole.DISPATCH
-        if name in DISPATCH_TYPES
-        else JobRole.JOB
-    )
-    if entry.role is not expected_role:
-        problems.append(f"job type {name!r} has role {entry.role!r}, expected {expected_role!r}")
+    try:
+        check_class_name(entry.concurrency_class)
+    except ConfigError as exc:
+        problems.append(f"job type {name!r}: {exc}")
+    if entry.timeout_s is not None and not entry.timeout_s > 0:
+        problems.append(f"job type {name!r}: timeout_s must be > 0, got {entry.timeout_s!r}")
     if entry.role is JobRole.PARENT and entry.on_create is None:
         problems.append(f"parent job type {name!r} creates no children (on_create)")
+    if entry.role is not JobRole.PARENT and entry.on_create is not None:
+        problems.append(f"job type {name!r} has on_create but is not a parent (role)")
     if entry.policy is ConflictPolicy.MERGE:
         aliases = {
             (info.alias or key): info for key, info in entry.payload_model.model_fields.items()
@@ -171,26 +202,32 @@ def _check_entry(entry: JobType[Any]) -> list[str]:
 
 
 class Registry:
-    """The registered job types. Construction validates completeness and closedness."""
+    """The registered job types, their concurrency classes and sweeps. Construction
+    validates every entry, refuses duplicates and refuses an empty registry."""
 
     def __init__(
         self,
         entries: Iterable[JobType[Any]],
         *,
-        known: frozenset[str] = KNOWN_TYPES,
-        required: frozenset[str] | None = None,
+        classes: Mapping[str, int] | None = None,
+        sweeps: Iterable[Sweep] = (),
     ):
         self._types: dict[str, JobType[Any]] = {}
         problems: list[str] = []
         for entry in entries:
             if entry.name in self._types:
                 problems.append(f"job type {entry.name!r} is registered twice")
-            if entry.name not in known:
-                problems.append(f"job type {entry.name!r} is not in the closed set KNOWN_TYPES")
             problems.extend(_check_entry(entry))
             self._types[entry.name] = entry
-        for name in sorted((known if required is None else required) - set(self._types)):
-            problems.append(f"job type {name!r} has no registry entry (no schema, no handler)")
+        self._classes = dict(classes or {})
+        for name, slots in self._classes.items():
+            try:
+                check_class_name(name)
+            except ConfigError as exc:
+                problems.append(str(exc))
+            if slots < 0:
+                problems.append(f"concurrency class {name!r}: slots must be >= 0, got {slots}")
+        self._sweeps = tuple(sweeps)
         if problems:
             raise RegistryError("; ".join(problems))
         if not self._types:
@@ -205,11 +242,24 @@ class Registry:
     def names(self) -> frozenset[str]:
         return frozenset(self._types)
 
+    @property
+    def classes(self) -> dict[str, int]:
+        """Declared concurrency classes and their default slots per worker."""
+        return dict(self._classes)
+
+    @property
+    def sweeps(self) -> tuple[Sweep, ...]:
+        return self._sweeps
+
     def get(self, name: str) -> JobType[Any] | None:
         return self._types.get(name)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[JobType[Any]]:
         return iter(self._types.values())
+
+    def unserved_classes(self, slots: Mapping[str, int]) -> dict[str, str]:
+        """Types whose (static) class is not in `slots` at all: type -> class."""
+        return {t.name: t.concurrency_class for t in self if t.concurrency_class not in slots}
 
     def parse(self, type_name: str, payload: Mapping[str, Any]) -> JobPayload:
         """Validate `payload` as a `type_name` job through the discriminated union.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -17,12 +16,21 @@ from jobrelay.domain.jobs import JobStatus
 from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.models import Enqueued, Job, JobPage, MediaStatus
+from jobrelay.jobs.models import Enqueued, Job, JobPage
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 _QUERIES = Queries("jobrelay.jobs")
 MAX_PAGE = 500
+
+
+async def get_job(conn: Connection, job_id: uuid.UUID) -> Job:
+    """One job; raises `NotFound`."""
+    cursor = await conn.execute(_QUERIES.get_job, {"id": job_id})
+    row = await cursor.fetchone()
+    if row is None:
+        raise NotFound(f"job {job_id} not found")
+    return Job.from_row(row)
 
 
 @dataclass
@@ -49,11 +57,7 @@ class JobsService:
 
     async def get(self, job_id: uuid.UUID) -> Job:
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(_QUERIES.get_job, {"id": job_id})
-            row = await cursor.fetchone()
-        if row is None:
-            raise NotFound(f"job {job_id} not found")
-        return Job.from_row(row)
+            return await get_job(conn, job_id)
 
     async def list_jobs(
         self,
@@ -110,29 +114,6 @@ class JobsService:
         raise Conflict(
             f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried"
         )
-
-    async def media_status(self, media_ids: Sequence[str]) -> list[MediaStatus]:
-        """Per media id (in request order, duplicates once): its newest media.process job."""
-        wanted = list(dict.fromkeys(media_ids))
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(_QUERIES.media_status, {"media_ids": wanted})
-            rows = {str(row["media_id"]): row for row in await cursor.fetchall()}
-        statuses: list[MediaStatus] = []
-        for media_id in wanted:
-            row = rows.get(media_id)
-            if row is None:
-                statuses.append(MediaStatus(media_id, "none", None, None, None))
-            else:
-                statuses.append(
-                    MediaStatus(
-                        media_id=media_id,
-                        status=str(row["status"]),
-                        job_id=cast(uuid.UUID, row["id"]),
-                        revision=cast(int, row["revision"]),
-                        failure_kind=cast(str | None, row["failure_kind"]),
-                    )
-                )
-        return statuses
 
     def worker(self, config: WorkerConfig) -> Worker:
         return Worker(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -48,9 +49,11 @@ from pydantic import ValidationError
 
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
 from jobrelay.jobs import claims
-from jobrelay.jobs.claims import ALL_CLASSES, Completion, Done
+from jobrelay.jobs.claims import Completion, Done
+from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.maintenance import (
     LeaseKeeper,
@@ -59,6 +62,7 @@ from jobrelay.jobs.maintenance import (
     NotifyListener,
     ParentReconciler,
     Pruner,
+    SweepLoop,
 )
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
@@ -80,15 +84,17 @@ class WorkerConfig:
     """How one worker process runs jobs. Invalid values raise `ValueError` naming them.
 
     `slots`: jobs run at once per concurrency class; a class without slots is not claimed.
-    Without `slots`, every class shares `concurrency` slots. `concurrency`: the total over
-    all classes (default: the sum of `slots`, else 10). `global_caps`: at most that many
-    running jobs of a class across ALL workers (every worker must use the same caps).
+    Without `slots`, every class of `known_classes` shares `concurrency` slots.
+    `concurrency`: the total over all classes (default: the sum of `slots`, else 10).
+    `global_caps`: at most that many running jobs of a class across ALL workers (every
+    worker must use the same caps).
     `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
     `retention_s`: finished jobs older than this are pruned (None: never).
     """
 
     concurrency: int | None = None
     slots: Mapping[str, int] | None = None
+    known_classes: Sequence[str] = (DEFAULT_CLASS,)
     global_caps: Mapping[str, int] = field(default_factory=dict)
     lease_s: float = 30.0
     poll_interval_s: float = 0.25
@@ -101,12 +107,13 @@ class WorkerConfig:
     listen: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
+    shared: bool = field(init=False, default=False)  # built from `concurrency` alone
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shared", self.slots is None)
         slots = dict(self.slots) if self.slots is not None else None
         for name, count in (slots or {}).items():
-            if name not in ALL_CLASSES:
-                raise ValueError(f"slots: unknown class {name!r} (known: {ALL_CLASSES})")
+            _check_class("slots", name)
             if count < 0:
                 raise ValueError(f"slots: {name}={count} must be >= 0")
         if slots is not None and not any(slots.values()):
@@ -117,12 +124,11 @@ class WorkerConfig:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if slots is None:
-            slots = dict.fromkeys(ALL_CLASSES, concurrency)
+            slots = dict.fromkeys(self.known_classes, concurrency)
         object.__setattr__(self, "concurrency", concurrency)
         object.__setattr__(self, "slots", {c: n for c, n in slots.items() if n > 0})
         for name, cap in self.global_caps.items():
-            if name not in ALL_CLASSES:
-                raise ValueError(f"global_caps: unknown class {name!r} (known: {ALL_CLASSES})")
+            _check_class("global_caps", name)
             if cap < 1:
                 raise ValueError(f"global_caps: {name}={cap} must be >= 1")
         object.__setattr__(self, "global_caps", dict(self.global_caps))
@@ -163,6 +169,13 @@ class WorkerConfig:
         return self.lease_s / 3
 
 
+def _check_class(what: str, name: str) -> None:
+    try:
+        check_class_name(name)
+    except ConfigError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 @dataclass
 class WorkerStats:
     """Counters for tests and logs; tests poll these (or the database), never sleep."""
@@ -201,9 +214,17 @@ class Worker:
         jitter: Callable[[], float] = random.random,
         failpoints: Failpoints = NO_FAILPOINTS,
         metrics: WorkerMetrics | None = None,
+        enqueuer: Enqueuer | None = None,
     ) -> None:
+        if config.shared:  # every class the registry knows shares the slots
+            known = {DEFAULT_CLASS, *registry.classes, *(t.concurrency_class for t in registry)}
+            config = dataclasses.replace(config, slots=None, known_classes=tuple(sorted(known)))
         self._pool = pool
         self._registry = registry
+        # Handlers create jobs (children) through the same validated enqueue as the API.
+        self._enqueuer = enqueuer or Enqueuer(
+            registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES, failpoints=failpoints
+        )
         self.config = config
         self._jitter = jitter
         self._failpoints = failpoints
@@ -247,6 +268,10 @@ class Worker:
         self.listener = NotifyListener(conninfo=conninfo, notified=self._more_work, retry_s=1.0)
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
+        self.sweeps = [
+            SweepLoop(pool=pool, name=sweep.name, interval_s=sweep.every_s, run=sweep.run)
+            for sweep in registry.sweeps
+        ]
         self.pruner: Pruner | None = None
         if config.retention_s is not None:
             self.pruner = Pruner(
@@ -263,7 +288,7 @@ class Worker:
         return self._claim_idle
 
     def _loops(self) -> list[Loop]:
-        loops: list[Loop] = [self.keeper, self.rescuer, self.reconciler]
+        loops: list[Loop] = [self.keeper, self.rescuer, self.reconciler, *self.sweeps]
         if self._listen:
             loops.append(self.listener)
         if self.pruner is not None:
@@ -495,8 +520,11 @@ class Worker:
             return
         assert job_type.handler is not None  # the registry refuses entries without one
         started = time.perf_counter()
+        context = JobContext(job, payload, self._pool, self._enqueuer.enqueue_many)
+        deadline = asyncio.timeout(job_type.timeout_s)
         try:
-            outcome: Outcome = await job_type.handler(JobContext(job, payload))
+            async with deadline:
+                outcome: Outcome = await job_type.handler(context)
         except asyncio.CancelledError:
             if run.lost:
                 self._count_lost()
@@ -505,8 +533,11 @@ class Worker:
             await self._release(job)
             raise
         except Exception as exc:
-            outcome = _outcome_of(exc)
-            log.warning("job %s (%s) raised: %s", job.id, job.type, exc, exc_info=True)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                outcome = Retry(f"timed out after {job_type.timeout_s} s (the type's timeout)")
+            else:
+                outcome = _outcome_of(exc)
+            log.warning("job %s (%s) raised: %r", job.id, job.type, exc, exc_info=True)
         finally:
             self.metrics.handler_duration.labels(job.type).observe(time.perf_counter() - started)
         run.settling = True

@@ -178,7 +178,7 @@ async def media_status(
         raise InvalidInput("no media ids", [FieldError("mediaIds[]", "give at least one")])
     if len(wanted) > 500:
         raise InvalidInput("too many media ids", [FieldError("mediaIds[]", "at most 500")])
-    statuses = await services.jobs.media_status(wanted)
+    statuses = await services.media.media_status(wanted)
     return MediaStatusPage(
         items=[MediaStatusOut.model_validate(s, from_attributes=True) for s in statuses]
     )

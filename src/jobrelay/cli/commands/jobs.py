@@ -23,9 +23,11 @@ from jobrelay.bootstrap import (
     WorkerConfig,
     build_services,
     database,
+    jobs_registry,
     parse_slots,
     worker_config,
 )
+from jobrelay.cli.options import APP_OPTION, with_apps
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -58,6 +60,7 @@ def worker_command(
     grace: float | None = typer.Option(
         None, help="Seconds running jobs may finish on SIGTERM/SIGINT before being released."
     ),
+    app: list[str] | None = APP_OPTION,
 ) -> None:
     """Run a jobs worker until SIGINT/SIGTERM (running jobs finish or are released)."""
     parsed = parse_slots(slots) if slots is not None else None
@@ -66,13 +69,15 @@ def worker_command(
             f"invalid --concurrency {concurrency}: must be >= 1",
             [FieldError("--concurrency", "must be >= 1")],
         )
-    settings = load_settings()
+    settings = with_apps(load_settings(), app)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    registry = jobs_registry(settings)  # checked before anything starts
     try:
         config = worker_config(
             settings,
+            registry,
             concurrency=concurrency,
             slots=parsed,
             metrics_port=metrics_port,
@@ -106,8 +111,8 @@ async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> Non
         console.print(f"worker stopped: {worker.stats}")
 
 
-def _with_services(action: Callable[[Services], Awaitable[T]]) -> T:
-    settings = load_settings()
+def _with_services(action: Callable[[Services], Awaitable[T]], apps: list[str] | None = None) -> T:
+    settings = with_apps(load_settings(), apps)
     with database(settings) as dsn:
 
         async def run() -> T:
@@ -138,6 +143,7 @@ def enqueue_command(
     priority: int | None = typer.Option(None, help="0 is the most urgent."),
     delay: float = typer.Option(0.0, help="Seconds before the job becomes available."),
     max_attempts: int | None = typer.Option(None, help="Attempts before failing."),
+    app: list[str] | None = APP_OPTION,
 ) -> None:
     """Enqueue one job; prints its id and the outcome (created, merged, ...)."""
     try:
@@ -147,7 +153,7 @@ def enqueue_command(
     request = EnqueueRequest(
         type=job_type, payload=data, priority=priority, delay_s=delay, max_attempts=max_attempts
     )
-    result = _with_services(lambda s: s.jobs.enqueue(request))
+    result = _with_services(lambda s: s.jobs.enqueue(request), app)
     _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
 
 
@@ -191,5 +197,5 @@ _MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
 @jobs_app.command("media-status")
 def media_status_command(media_ids: list[str] = _MEDIA_IDS) -> None:
     """The state of the newest media.process job of each media id (or none)."""
-    statuses = _with_services(lambda s: s.jobs.media_status(media_ids))
+    statuses = _with_services(lambda s: s.media.media_status(media_ids))
     _print([{"mediaId": m.media_id, "status": m.status} for m in statuses])

@@ -34,6 +34,7 @@ from jobrelay.bootstrap import (
     run_sqs_worker,
     worker_config,
 )
+from jobrelay.cli.options import APP_OPTION, with_apps
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
 
@@ -56,9 +57,10 @@ def register(app: typer.Typer) -> None:
 
 def up_command(
     port: int | None = typer.Option(None, help="API port (default: JOBRELAY_API_PORT)."),
+    app: list[str] | None = APP_OPTION,
 ) -> None:
     """Start the whole local stack: PostgreSQL, migrations, emulator, API and workers."""
-    settings = _for_stack(_with_port(load_settings(), port))
+    settings = _for_stack(_with_port(with_apps(load_settings(), app), port))
     settings = settings.model_copy(update={"db_pool_max": max(settings.db_pool_max, 30)})
     _require_free_port(settings)
     configure_logging(settings)
@@ -70,9 +72,10 @@ def up_command(
 
 def api_command(
     port: int | None = typer.Option(None, help="API port (default: JOBRELAY_API_PORT)."),
+    app: list[str] | None = APP_OPTION,
 ) -> None:
     """Run only the API against DATABASE_URL (or the embedded server)."""
-    settings = _with_port(load_settings(), port)
+    settings = _with_port(with_apps(load_settings(), app), port)
     _require_free_port(settings)
     configure_logging(settings)
     _interrupt_on_sigterm()
@@ -87,7 +90,7 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
         await run_sqs_worker(settings, stop, endpoint_url=services.aws.endpoint_url)
 
     async def jobs_worker(services: Services, stop: asyncio.Event) -> None:
-        await services.jobs.worker(worker_config(settings)).run_until(stop)
+        await services.jobs.worker(worker_config(settings, services.jobs.registry)).run_until(stop)
 
     async def relay(services: Services, stop: asyncio.Event) -> None:
         await run_relay(settings, dsn, services.aws, stop)

@@ -1,10 +1,10 @@
--- The periodic parent reconciler: lock waiting parents of the parent types that have no
+-- The periodic parent reconciler: lock waiting parents (role `parent`) that have no
 -- active child left (every child terminal, or none at all). Normally the last child's
 -- transaction already ended them; this repairs any that were left behind. SKIP LOCKED: a
 -- parent locked by a finishing child is that child's business.
 SELECT parent.id
 FROM jobs AS parent
-WHERE parent.type = ANY(%(parent_types)s::text[])
+WHERE parent.role = 'parent'
     AND parent.status = 'pending'
     AND NOT EXISTS (
         SELECT 1

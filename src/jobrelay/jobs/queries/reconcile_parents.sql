@@ -1,8 +1,8 @@
 -- End waiting parents whose children are all terminal (DESIGN.md 3, invariant 12). Runs in
 -- the transaction of a child's terminal write, after lock_parents, or from the periodic
--- reconciler after lock_stale_parents. Only parents of the parent types (%(parent_types)s)
--- that still wait (pending) are touched, so a parent ends exactly once.
--- Dispatch children (%(dispatch_types)s) are not items: they are not counted, but a dispatch
+-- reconciler after lock_stale_parents. Only parents (role `parent`) that still wait
+-- (pending) are touched, so a parent ends exactly once.
+-- Dispatch children (role `dispatch`) are not items: they are not counted, but a dispatch
 -- that did not complete fails the parent. A parent without any child (its dispatch was
 -- lost) fails. Otherwise: completed when every item completed, else failed; the counts go
 -- into the parent's result.
@@ -13,30 +13,30 @@ WITH tally AS (
             WHERE child.status IN ('pending', 'in_progress')
         ) AS active,
         count(child.id) FILTER (
-            WHERE child.type = ANY(%(dispatch_types)s::text[])
+            WHERE child.role = 'dispatch'
         ) AS dispatches,
         count(child.id) FILTER (
-            WHERE child.type = ANY(%(dispatch_types)s::text[]) AND child.status <> 'completed'
+            WHERE child.role = 'dispatch' AND child.status <> 'completed'
         ) AS dispatch_failed,
         max(coalesce(child.last_error, child.status)) FILTER (
-            WHERE child.type = ANY(%(dispatch_types)s::text[]) AND child.status <> 'completed'
+            WHERE child.role = 'dispatch' AND child.status <> 'completed'
         ) AS dispatch_error,
         count(child.id) FILTER (
-            WHERE child.type <> ALL(%(dispatch_types)s::text[])
+            WHERE child.role <> 'dispatch'
         ) AS total,
         count(child.id) FILTER (
-            WHERE child.type <> ALL(%(dispatch_types)s::text[]) AND child.status = 'completed'
+            WHERE child.role <> 'dispatch' AND child.status = 'completed'
         ) AS completed,
         count(child.id) FILTER (
-            WHERE child.type <> ALL(%(dispatch_types)s::text[]) AND child.status = 'failed'
+            WHERE child.role <> 'dispatch' AND child.status = 'failed'
         ) AS failed,
         count(child.id) FILTER (
-            WHERE child.type <> ALL(%(dispatch_types)s::text[]) AND child.status = 'cancelled'
+            WHERE child.role <> 'dispatch' AND child.status = 'cancelled'
         ) AS cancelled
     FROM jobs AS parent
     LEFT JOIN jobs AS child ON child.parent_id = parent.id
     WHERE parent.id = ANY(%(ids)s::uuid[])
-        AND parent.type = ANY(%(parent_types)s::text[])
+        AND parent.role = 'parent'
         AND parent.status = 'pending'
     GROUP BY parent.id
 ),

@@ -12,40 +12,44 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from jobrelay.domain.jobs import Complete, ConcurrencyClass, Fail, Outcome, Retry
+from jobrelay.domain.jobs import Complete, Fail, Outcome, Retry
+from jobrelay.domain.jobs_config import CLASS_NAME_PATTERN
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.registry import JobContext, JobPayload
 
 
 class DiagNoop(JobPayload):
     model_config = JobPayload.model_config | {"extra": "allow"}  # benchmarks carry markers
-    type: Literal["diag.noop"] = "diag.noop"
 
 
 class DiagSleep(JobPayload):
-    type: Literal["diag.sleep"] = "diag.sleep"
     seconds: float = Field(ge=0, le=3600)
-    concurrency_class: ConcurrencyClass | None = None
+    concurrency_class: str | None = Field(default=None, pattern=CLASS_NAME_PATTERN)
     source_key: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class DiagFail(JobPayload):
-    type: Literal["diag.fail"] = "diag.fail"
     kind: Literal["retryable", "permanent", "exception"]
     times: int = Field(default=1_000_000, ge=0, description="attempts that fail, then success")
 
 
 _COMPLETE = Complete()
+job_types = JobTypes()
 
 
+@job_types.job_type("diag.noop")
 async def noop(ctx: JobContext[DiagNoop]) -> Outcome:
     return _COMPLETE
 
 
+@job_types.job_type(
+    "diag.sleep", class_of=lambda p: p.concurrency_class, source_key=lambda p: p.source_key
+)
 async def sleep(ctx: JobContext[DiagSleep]) -> Outcome:
     started = time.time()
     await asyncio.sleep(ctx.payload.seconds)
@@ -54,6 +58,7 @@ async def sleep(ctx: JobContext[DiagSleep]) -> Outcome:
     )
 
 
+@job_types.job_type("diag.fail", retry=RetryPolicy(max_attempts=3, base_s=0.5, cap_s=4.0))
 async def fail(ctx: JobContext[DiagFail]) -> Outcome:
     attempt = ctx.job.attempt_count
     if attempt > ctx.payload.times:
@@ -64,22 +69,3 @@ async def fail(ctx: JobContext[DiagFail]) -> Outcome:
     if ctx.payload.kind == "exception":
         raise RuntimeError(f"unexpected: {message}")
     return Retry(message)
-
-
-def job_types() -> list[JobType[Any]]:
-    return [
-        JobType(name="diag.noop", payload_model=DiagNoop, handler=noop),
-        JobType(
-            name="diag.sleep",
-            payload_model=DiagSleep,
-            handler=sleep,
-            class_of=lambda p: p.concurrency_class,
-            source_key=lambda p: p.source_key,
-        ),
-        JobType(
-            name="diag.fail",
-            payload_model=DiagFail,
-            handler=fail,
-            retry=RetryPolicy(max_attempts=3, base_s=0.5, cap_s=4.0),
-        ),
-    ]

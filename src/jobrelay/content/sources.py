@@ -15,19 +15,30 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import Complete, ConflictPolicy, Outcome
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.registry import JobContext, JobPayload
 
-_QUERIES = Queries("jobrelay.jobs")
+_QUERIES = Queries("jobrelay.content")
 
 
 class SourceSync(JobPayload):
-    type: Literal["source.sync"] = "source.sync"
     source_id: str = Field(min_length=1, max_length=255)
     sync_kind: Literal["full", "incremental", "metadata"]
     revision: int = Field(ge=1)
 
 
-async def handle(ctx: JobContext[SourceSync]) -> Outcome:
+job_types = JobTypes()
+
+
+@job_types.job_type(
+    "source.sync",
+    policy=ConflictPolicy.SUPERSEDE,
+    dedupe_key=lambda p: f"{p.source_id}/{p.sync_kind}",
+    revision=lambda p: p.revision,
+    source_key=lambda p: f"source:{p.source_id}",
+    retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
+)
+async def sync_source(ctx: JobContext[SourceSync]) -> Outcome:
     p = ctx.payload
 
     async def outputs(conn: Connection) -> None:
@@ -42,16 +53,3 @@ async def handle(ctx: JobContext[SourceSync]) -> Outcome:
         )
 
     return Complete(result={"revision": p.revision}, outputs=outputs)
-
-
-def job_type() -> JobType[SourceSync]:
-    return JobType(
-        name="source.sync",
-        payload_model=SourceSync,
-        handler=handle,
-        policy=ConflictPolicy.SUPERSEDE,
-        dedupe_key=lambda p: f"{p.source_id}/{p.sync_kind}",
-        revision=lambda p: p.revision,
-        source_key=lambda p: f"source:{p.source_id}",
-        retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
-    )

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import Field
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
-from jobrelay.domain.jobs import Complete, ConcurrencyClass, ConflictPolicy, Outcome
+from jobrelay.domain.jobs import Complete, ConflictPolicy, Outcome
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.registry import JobContext, JobPayload
 
-_QUERIES = Queries("jobrelay.jobs")
+_QUERIES = Queries("jobrelay.content")
 _VOCABULARY = ("person", "landscape", "text", "logo", "chart", "product", "screenshot", "icon")
 
 
 class MediaProcess(JobPayload):
-    type: Literal["media.process"] = "media.process"
     media_id: str = Field(min_length=1, max_length=255)
     revision: int = Field(ge=1)
     source_id: str = Field(min_length=1, max_length=255)
@@ -46,7 +46,18 @@ class HashTagger:
         return sorted({_VOCABULARY[b % len(_VOCABULARY)] for b in digest[:3]})
 
 
-def job_type(tagger: Tagger) -> JobType[MediaProcess]:
+def declare(job_types: JobTypes, tagger: Tagger) -> None:
+    """Declare `media.process` on `job_types`, tagging with `tagger`."""
+
+    @job_types.job_type(
+        "media.process",
+        policy=ConflictPolicy.IGNORE,
+        dedupe_key=lambda p: f"{p.media_id}@{p.revision}",
+        revision=lambda p: p.revision,
+        source_key=lambda p: f"source:{p.source_id}",
+        concurrency_class="ai",
+        retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
+    )
     async def handle(ctx: JobContext[MediaProcess]) -> Outcome:
         p = ctx.payload
         tags = await tagger.tags(media_id=p.media_id, revision=p.revision, source_id=p.source_id)
@@ -64,15 +75,3 @@ def job_type(tagger: Tagger) -> JobType[MediaProcess]:
 
         result: dict[str, Any] = {"tags": tags, "revision": p.revision}
         return Complete(result=result, outputs=outputs)
-
-    return JobType(
-        name="media.process",
-        payload_model=MediaProcess,
-        handler=handle,
-        policy=ConflictPolicy.IGNORE,
-        dedupe_key=lambda p: f"{p.media_id}@{p.revision}",
-        revision=lambda p: p.revision,
-        source_key=lambda p: f"source:{p.source_id}",
-        concurrency_class=ConcurrencyClass.AI,
-        retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
-    )

@@ -8,26 +8,34 @@ back to pending instead of completing it. Fenced output: one `index_delta_applie
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import Complete, ConflictPolicy, Outcome
 from jobrelay.domain.retry import RetryPolicy
-from jobrelay.jobs.registry import JobContext, JobPayload, JobType
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.registry import JobContext, JobPayload
 
-_QUERIES = Queries("jobrelay.jobs")
+_QUERIES = Queries("jobrelay.content")
 
 
 class IndexSyncDelta(JobPayload):
-    type: Literal["index.sync_delta"] = "index.sync_delta"
     index: str = Field(min_length=1, max_length=255)
     media_ids: list[str] = Field(default_factory=list, max_length=100_000)
 
 
-async def handle(ctx: JobContext[IndexSyncDelta]) -> Outcome:
+job_types = JobTypes()
+
+
+@job_types.job_type(
+    "index.sync_delta",
+    policy=ConflictPolicy.MERGE,
+    dedupe_key=lambda p: p.index,
+    merge_field="mediaIds",
+    retry=RetryPolicy(max_attempts=8, base_s=1.0, cap_s=120.0),
+)
+async def apply_delta(ctx: JobContext[IndexSyncDelta]) -> Outcome:
     p = ctx.payload
     ids = sorted(set(p.media_ids))
 
@@ -43,15 +51,3 @@ async def handle(ctx: JobContext[IndexSyncDelta]) -> Outcome:
         )
 
     return Complete(result={"applied": len(ids), "revision": ctx.job.revision}, outputs=outputs)
-
-
-def job_type() -> JobType[IndexSyncDelta]:
-    return JobType(
-        name="index.sync_delta",
-        payload_model=IndexSyncDelta,
-        handler=handle,
-        policy=ConflictPolicy.MERGE,
-        dedupe_key=lambda p: p.index,
-        merge_field="mediaIds",
-        retry=RetryPolicy(max_attempts=8, base_s=1.0, cap_s=120.0),
-    )

@@ -11,14 +11,14 @@
   in its completing transaction, that the source exists and is active: a missing or
   inactive source is a permanent failure (`TargetGone`).
 
-Every child's terminal write reconciles the batch in the same transaction (jobs/claims.py):
+Every child's terminal write reconciles the batch in the same transaction (the engine's
+parent/child mechanics, `JobRole`):
 completed when every item completed, failed when any failed, counts in its result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
 
 from pydantic import Field, model_validator
 
@@ -26,17 +26,14 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import Complete, ConflictPolicy, Fail, JobRole, Outcome
 from jobrelay.domain.retry import RetryPolicy, TargetGone
-from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.failpoints import Failpoints
-from jobrelay.jobs.registry import ChildSpec, JobContext, JobPayload, JobType
+from jobrelay.jobs.models import EnqueueRequest
+from jobrelay.jobs.registry import ChildSpec, JobContext, JobPayload
 
-_QUERIES = Queries("jobrelay.jobs")
+_QUERIES = Queries("jobrelay.content")
 MAX_SOURCES = 10_000
 SourceId = Field(min_length=1, max_length=255)
-
-# Writes child jobs in the caller's transaction (an `Enqueuer.enqueue_many` bound late,
-# since the enqueuer needs the finished registry).
-ChildWriter = Callable[[Connection, Sequence[EnqueueRequest]], Awaitable[Any]]
 
 
 class _Sources(JobPayload):
@@ -56,15 +53,14 @@ class _Sources(JobPayload):
 
 
 class CcipBatch(_Sources):
-    type: Literal["ccip.batch"] = "ccip.batch"
+    pass
 
 
 class CcipDispatch(_Sources):
-    type: Literal["ccip.dispatch"] = "ccip.dispatch"
+    pass
 
 
 class CcipItem(JobPayload):
-    type: Literal["ccip.item"] = "ccip.item"
     batch_id: str = Field(min_length=1, max_length=64)
     source_id: str = SourceId
 
@@ -75,12 +71,24 @@ def _dispatch_of(batch: CcipBatch) -> Sequence[ChildSpec]:
     return [("ccip.dispatch", {"sourceIds": list(dict.fromkeys(batch.source_ids or []))})]
 
 
-async def _never_run(ctx: JobContext[CcipBatch]) -> Outcome:
-    # A batch waits (available_at = 9999-12-31); only an operator retry could make it run.
-    return Fail("a ccip.batch parent is never run; it ends when its children end")
+def declare(job_types: JobTypes, failpoints: Failpoints) -> None:
+    """Declare `ccip.batch`, `ccip.dispatch` and `ccip.item` on `job_types`."""
 
+    @job_types.job_type(
+        "ccip.batch",
+        role=JobRole.PARENT,
+        on_create=_dispatch_of,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    async def never_run(ctx: JobContext[CcipBatch]) -> Outcome:
+        # A batch waits (available_at = 9999-12-31); only an operator retry could run it.
+        return Fail("a ccip.batch parent is never run; it ends when its children end")
 
-def job_types(children: ChildWriter, failpoints: Failpoints) -> list[JobType[Any]]:
+    @job_types.job_type(
+        "ccip.dispatch",
+        role=JobRole.DISPATCH,
+        retry=RetryPolicy(max_attempts=5, base_s=1.0, cap_s=60.0),
+    )
     async def dispatch(ctx: JobContext[CcipDispatch]) -> Outcome:
         batch_id = ctx.job.parent_id
         if batch_id is None:
@@ -94,7 +102,7 @@ def job_types(children: ChildWriter, failpoints: Failpoints) -> list[JobType[Any
                 sources = [str(row["id"]) for row in await cursor.fetchall()]
             else:
                 sources = list(dict.fromkeys(p.source_ids or []))
-            await children(
+            await ctx.enqueue(
                 conn,
                 [
                     EnqueueRequest(
@@ -109,6 +117,13 @@ def job_types(children: ChildWriter, failpoints: Failpoints) -> list[JobType[Any
 
         return Complete(result={"allSources": p.all_sources}, outputs=create_items)
 
+    @job_types.job_type(
+        "ccip.item",
+        policy=ConflictPolicy.IGNORE,
+        dedupe_key=lambda p: f"{p.batch_id}/{p.source_id}",
+        source_key=lambda p: f"source:{p.source_id}",
+        retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
+    )
     async def item(ctx: JobContext[CcipItem]) -> Outcome:
         source_id = ctx.payload.source_id
 
@@ -120,30 +135,3 @@ def job_types(children: ChildWriter, failpoints: Failpoints) -> list[JobType[Any
                 raise TargetGone(f"ccip source {source_id!r} is {state}")
 
         return Complete(result={"sourceId": source_id}, outputs=check_source)
-
-    return [
-        JobType(
-            name="ccip.batch",
-            payload_model=CcipBatch,
-            handler=_never_run,
-            role=JobRole.PARENT,
-            on_create=_dispatch_of,
-            retry=RetryPolicy(max_attempts=1),
-        ),
-        JobType(
-            name="ccip.dispatch",
-            payload_model=CcipDispatch,
-            handler=dispatch,
-            role=JobRole.DISPATCH,
-            retry=RetryPolicy(max_attempts=5, base_s=1.0, cap_s=60.0),
-        ),
-        JobType(
-            name="ccip.item",
-            payload_model=CcipItem,
-            handler=item,
-            policy=ConflictPolicy.IGNORE,
-            dedupe_key=lambda p: f"{p.batch_id}/{p.source_id}",
-            source_key=lambda p: f"source:{p.source_id}",
-            retry=RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0),
-        ),
-    ]

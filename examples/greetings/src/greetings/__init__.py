@@ -1,0 +1,1 @@
+"""An example package of job types declared on jobrelay's public API."""
