@@ -1,12 +1,19 @@
-"""The emulator's faster SQS clock reads the same time as moto's own."""
+"""The emulator's faster SQS clock reads the same time as moto's own, and is installed only
+into a moto that still has what it replaces."""
 
 from __future__ import annotations
 
 import datetime
+from importlib.metadata import version
+from pathlib import Path
+from types import ModuleType
 
+import moto.sqs.models as sqs_models
+import pytest
 from moto.core.utils import unix_time, unix_time_millis
 
 from jobrelay.aws import moto_server
+from jobrelay.aws.emulator import EmulatorError, LocalEmulator
 
 
 def test_the_fast_clock_agrees_with_motos_clock() -> None:
@@ -20,3 +27,78 @@ def test_a_given_datetime_is_converted_as_moto_does() -> None:
     moment = datetime.datetime(2026, 12, 1, 7, 30, 15, 250000)
     assert moto_server._unix_time(moment) == unix_time(moment)
     assert moto_server._unix_time_millis(moment) == unix_time_millis(moment)
+
+
+# -- the guard: what the patch replaces must exist with the signature it replaces ----------
+
+
+def _copy_of_sqs_models(**overrides: object) -> ModuleType:
+    """A module holding what moto.sqs.models holds, with `overrides` (None removes a name)."""
+    module = ModuleType("moto.sqs.models")
+    vars(module).update(vars(sqs_models))
+    for name, value in overrides.items():
+        if value is None:
+            del vars(module)[name]
+        else:
+            vars(module)[name] = value
+    return module
+
+
+def test_the_installed_moto_has_what_the_patch_replaces() -> None:
+    moto_server.check_clock(sqs_models)
+    assert sqs_models.unix_time is unix_time, "the server child patches; this process does not"
+
+
+def test_installing_rebinds_both_clock_functions() -> None:
+    module = _copy_of_sqs_models()
+    moto_server.install_fast_clock(module)
+    assert module.unix_time is moto_server._unix_time
+    assert module.unix_time_millis is moto_server._unix_time_millis
+
+
+def _seconds_only() -> float:
+    return 0.0
+
+
+def _two_arguments(dt: datetime.datetime | None = None, tz: object = None) -> float:
+    return 0.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"unix_time_millis": None}, "moto.sqs.models.unix_time_millis is missing"),
+        ({"unix_time": 1.5}, "moto.sqs.models.unix_time is missing"),
+        ({"unix_time": _seconds_only}, "unix_time is no longer unix_time(dt=None)"),
+        ({"unix_time_millis": _two_arguments}, "unix_time_millis is no longer"),
+    ],
+)
+def test_a_moto_without_the_clock_functions_is_refused_in_one_line(
+    overrides: dict[str, object], reason: str
+) -> None:
+    module = _copy_of_sqs_models(**overrides)
+    with pytest.raises(moto_server.IncompatibleMoto) as info:
+        moto_server.install_fast_clock(module)
+    message = str(info.value)
+    assert reason in message
+    assert f"moto {version('moto')} " in message
+    assert "\n" not in message
+    assert module.unix_time is not moto_server._unix_time, "nothing rebound"
+
+
+def test_the_emulator_reports_the_guards_line_and_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real emulator child whose moto lacks a clock function: sitecustomize runs first.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import moto.sqs.models\ndel moto.sqs.models.unix_time_millis\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    emulator = LocalEmulator()
+    with pytest.raises(EmulatorError) as info:
+        emulator.start(timeout_s=60)
+    assert str(info.value) == (
+        f"the emulator exited with code 1: moto {version('moto')} is not supported by "
+        "jobrelay's emulator clock patch: moto.sqs.models.unix_time_millis is missing; "
+        "install the moto version that requirements.lock pins"
+    )

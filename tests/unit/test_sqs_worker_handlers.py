@@ -145,6 +145,33 @@ def test_inline_html_keeps_relative_links_and_honours_base_href() -> None:
     assert based["links"][0]["href"] == "http://127.0.0.1/docs/x.html"
 
 
+def test_the_tree_is_the_one_html5_builds() -> None:
+    manifest = build_manifest(
+        "<table><tr><td>a<td>b</table>"
+        "<p>Open <noscript><h2>enable scripts</h2></noscript>daily"
+        "<ul><li><b>one<i>two</b>three</i></ul>",
+        source_url=None,
+    )
+    assert [n["tag"] for n in manifest["layout"]["children"]] == ["table", "p", "ul"]
+    assert manifest["headings"] == [], "noscript content is not shown with scripting on"
+    assert manifest["layout"]["children"][1]["text"] == "Open daily"
+    assert manifest["layout"]["children"][2]["children"][0]["text"] == "one two three"
+    # The adoption agency reopens <i> after </b>: "three" stays italic.
+    (ul,) = design_spec("<ul><li><b>one<i>two</b>three</i></ul>", None)["root"]["children"]
+    assert ul["children"][0]["children"][-1] == {
+        "type": "TEXT",
+        "characters": "three",
+        "style": {},
+        "name": "i",
+    }
+    cells = design_spec("<table><tr><td>a<td>b</table>", "tbody > tr > td { color: red }")
+    (table,) = cells["root"]["children"]
+    assert table["children"][0]["tag"] == "tbody", "the implied <tbody> exists, as in browsers"
+    assert table["children"][0]["children"][0]["children"][1]["children"][0]["style"] == {
+        "color": "#ff0000"
+    }
+
+
 def test_hostile_nesting_is_bounded() -> None:
     html = "<div>" * 20_000 + "deep" + "</div>" * 20_000
     document = parse_html(html)
@@ -317,8 +344,32 @@ def test_design_spec_builds_frames_text_and_the_palette() -> None:
         "#ff0000",
         "#ffffff",
     ]
-    assert spec["unsupportedSelectors"] == ["a:hover", "ul > li"]
+    # `ul > li` is a selector cssselect2 matches; `:hover` never applies to a static design.
+    assert spec["unsupportedSelectors"] == ["a:hover"]
     assert spec["unsupportedRules"] == ["@media"]
+
+
+def test_design_spec_matches_combinators_and_structural_pseudo_classes() -> None:
+    spec = design_spec(
+        "<ul><li>one</li><li>two <b>bold</b></li></ul><p>after</p>",
+        "ul > li { color: red } li:first-child { color: blue } ul + p { color: #0f0 }"
+        " li > b { color: gray } p::before { color: teal } li:frobnicate { color: black }",
+    )
+    (ul, paragraph) = spec["root"]["children"]
+    one, two = ul["children"]
+    assert one["children"][0]["style"]["color"] == "#0000ff", "(0,1,1) beats (0,0,2)"
+    assert two["children"][0]["style"]["color"] == "#ff0000"
+    assert two["children"][1]["style"]["color"] == "#808080"
+    assert paragraph["children"][0]["style"]["color"] == "#00ff00"
+    assert spec["unsupportedSelectors"] == ["li:frobnicate", "p::before"]
+
+
+def test_important_declarations_beat_specificity_and_inline_style() -> None:
+    spec = design_spec(
+        '<p id="x" class="c" style="color: blue">t</p>',
+        "#x { color: red } .c { color: green !important }",
+    )
+    assert spec["root"]["children"][0]["children"][0]["style"]["color"] == "#008000"
 
 
 def test_design_spec_is_deterministic() -> None:

@@ -6,10 +6,14 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+
+if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
+    from types_aiobotocore_s3 import S3Client
+    from types_aiobotocore_sqs import SQSClient
 
 # Local emulators accept any credentials; real deployments use the default AWS chain.
 _LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
@@ -34,14 +38,14 @@ class AwsEndpoint:
 
 
 @asynccontextmanager
-async def sqs_client(endpoint: AwsEndpoint) -> AsyncIterator[Any]:
+async def sqs_client(endpoint: AwsEndpoint) -> AsyncIterator[SQSClient]:
     """An aiobotocore SQS client for `endpoint`."""
     async with get_session().create_client("sqs", **endpoint.client_kwargs()) as client:
         yield client
 
 
 @asynccontextmanager
-async def s3_client(endpoint: AwsEndpoint) -> AsyncIterator[Any]:
+async def s3_client(endpoint: AwsEndpoint) -> AsyncIterator[S3Client]:
     """An aiobotocore S3 client for `endpoint`."""
     async with get_session().create_client("s3", **endpoint.client_kwargs()) as client:
         yield client

@@ -6,8 +6,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
+from typing import IO
 
 
 class EmulatorError(RuntimeError):
@@ -39,6 +42,8 @@ class LocalEmulator:
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # The last stderr line, read while the process runs: what a failed start says.
+    _stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=1), repr=False)
 
     @property
     def endpoint_url(self) -> str:
@@ -64,12 +69,22 @@ class LocalEmulator:
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
+        assert self.process.stderr is not None  # stderr=PIPE
+        # Drained for the whole life of the process (moto logs every request there), so the
+        # pipe never fills; only the last line is kept.
+        drain = threading.Thread(
+            target=_keep_last_line, args=(self.process.stderr, self._stderr_tail), daemon=True
+        )
+        drain.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise EmulatorError(f"the emulator exited with code {self.process.returncode}")
+                drain.join(timeout=5)  # the pipe is at its end once the process exited
+                said = f": {self._stderr_tail[-1]}" if self._stderr_tail else ""
+                code = self.process.returncode
+                raise EmulatorError(f"the emulator exited with code {code}{said}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
                     return self.endpoint_url
@@ -89,3 +104,11 @@ class LocalEmulator:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+def _keep_last_line(stream: IO[bytes], tail: deque[str]) -> None:
+    with stream:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").strip()
+            if line:
+                tail.append(line)

@@ -22,7 +22,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import structlog
@@ -46,6 +46,10 @@ from jobrelay.sqs_workers.handlers import HANDLERS, Handler, HandlerContext
 from jobrelay.sqs_workers.storage import ResultStore
 from jobrelay.sqs_workers.webhook import WebhookClient
 from jobrelay.webhooks import WebhookSigner
+
+if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
+    from types_aiobotocore_sqs import SQSClient
+    from types_aiobotocore_sqs.type_defs import MessageTypeDef
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +87,7 @@ class SqsWorker:
         self,
         config: WorkerConfig,
         *,
-        sqs: Any,
+        sqs: SQSClient,
         queue_url: str,
         max_receive_count: int,
         store: ResultStore,
@@ -148,7 +152,7 @@ class SqsWorker:
                 return False
         return True
 
-    async def _receive(self, count: int, stop: asyncio.Event) -> list[dict[str, Any]]:
+    async def _receive(self, count: int, stop: asyncio.Event) -> list[MessageTypeDef]:
         receive = asyncio.ensure_future(
             self._sqs.receive_message(
                 QueueUrl=self.queue_url,
@@ -169,8 +173,7 @@ class SqsWorker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await receive
             return []
-        messages: list[dict[str, Any]] = receive.result().get("Messages", [])
-        return messages
+        return receive.result().get("Messages", [])
 
     async def _drain(self, abandon: asyncio.Event | None) -> None:
         if not self._inflight:
@@ -192,7 +195,7 @@ class SqsWorker:
 
     # -- one message ------------------------------------------------------------------
 
-    async def _handle(self, message: dict[str, Any]) -> None:
+    async def _handle(self, message: MessageTypeDef) -> None:
         receipt = message["ReceiptHandle"]
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         with structlog.contextvars.bound_contextvars(
@@ -384,7 +387,7 @@ async def _wait(stop: asyncio.Event, seconds: float) -> None:
             await stop.wait()
 
 
-async def _queue_max_receive_count(sqs: Any, queue_url: str) -> int | None:
+async def _queue_max_receive_count(sqs: SQSClient, queue_url: str) -> int | None:
     attributes = (
         await sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])
     ).get("Attributes", {})

@@ -8,18 +8,21 @@ of one child and attempt reports the same result.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.sqs_workers.errors import TransientFailure
+
+if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
+    from types_aiobotocore_s3 import S3Client
 
 _EXISTS = {"PreconditionFailed", "ConditionalRequestConflict", "412"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 class ResultStore:
-    def __init__(self, s3: Any, bucket: str) -> None:
+    def __init__(self, s3: S3Client, bucket: str) -> None:
         self._s3 = s3
         self.bucket = bucket
 

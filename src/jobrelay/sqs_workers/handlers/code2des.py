@@ -1,11 +1,14 @@
 """Code2Des: an HTML/CSS snippet to a design spec (frames, text, colors).
 
 CSS comes from the request's `css` and the snippet's `<style>` elements, then inline
-`style` attributes. Supported selectors: `*`, type, `.class`, `#id`, their compounds
-(`button.primary`), descendant combinations (`.card h2`) and selector lists; others
-(`>`, `+`, `~`, pseudo-classes, attributes) and at-rules are listed as unsupported, never
-guessed. Cascade: specificity, then source order; inline styles win; color and font
-properties inherit. Colors are normalized to lowercase `#rrggbb` (or `#rrggbbaa`).
+`style` attributes. tinycss2 parses it; cssselect2 compiles and matches the selectors
+(CSS Selectors level 4: combinators, attributes, structural pseudo-classes such as
+`:first-child` and `:not()`). Selectors that cannot apply to a static snapshot
+(user-action pseudo-classes such as `:hover`, pseudo-elements) or that cssselect2 does
+not know are listed as unsupported, never guessed; so are at-rules (`@media`, …).
+Cascade: specificity, then source order; the `style` attribute after the rules;
+`!important` declarations after every normal one; color and font properties inherit.
+Colors are normalized to lowercase `#rrggbb` (or `#rrggbbaa`).
 
 Spec: a tree of `FRAME` (block elements, with layout direction from `display: flex`,
 fills, corner radius, size in px), `TEXT` (text runs with color and font) and `IMAGE`
@@ -19,6 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import cssselect2
+import tinycss2
+
 from jobrelay.protocol import Code2DesMessage, WorkerOutcome
 from jobrelay.sqs_workers.handlers.common import (
     SPEC_VERSION,
@@ -26,7 +32,15 @@ from jobrelay.sqs_workers.handlers.common import (
     canonical_json,
     result_key,
 )
-from jobrelay.sqs_workers.handlers.html_tree import INLINE, Element, collapse, parse_html
+from jobrelay.sqs_workers.handlers.html_tree import (
+    INLINE,
+    Element,
+    classes,
+    collapse,
+    content,
+    parse_html,
+    text_of,
+)
 
 INHERITED = ("color", "font-size", "font-weight", "font-family")
 COLOR_PROPERTIES = (
@@ -60,11 +74,9 @@ NAMED_COLORS = {
     "orange": "#ffa500",
     "transparent": "#00000000",
 }
-_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _COLOR_TOKEN = re.compile(
     r"#[0-9a-fA-F]{3,8}\b|rgba?\([^)]*\)|\b(?:" + "|".join(NAMED_COLORS) + r")\b", re.I
 )
-_COMPOUND = re.compile(r"^(?P<tag>[a-zA-Z][\w-]*|\*)?(?P<rest>(?:[#.][\w-]+)*)$")
 _LENGTH = re.compile(r"^(-?\d+(?:\.\d+)?)(px|rem|em)?$")
 _FONT_WEIGHTS = {"normal": 400, "bold": 700, "lighter": 300, "bolder": 800}
 _SKIPPED = frozenset({"head", "title", "meta", "link", "base", "br", "wbr"})
@@ -89,16 +101,16 @@ class Code2DesHandler:
 
 
 @dataclass(frozen=True)
-class Rule:
-    selector: list[tuple[str | None, frozenset[str], frozenset[str]]]  # compounds, outer first
-    specificity: tuple[int, int, int]
-    order: int
-    declarations: dict[str, str]
+class Declarations:
+    """One rule's declarations: the normal ones and the `!important` ones, by property."""
+
+    normal: dict[str, str]
+    important: dict[str, str]
 
 
 @dataclass
 class StyleSheet:
-    rules: list[Rule]
+    matcher: cssselect2.Matcher  # payloads are `Declarations`
     unsupported_selectors: list[str]
     unsupported_rules: list[str]
     colors: list[str]
@@ -108,9 +120,10 @@ def design_spec(html: str, css: str | None) -> dict[str, Any]:
     """The design spec of an HTML snippet and its CSS (pure, deterministic)."""
     document = parse_html(html)
     sheet = parse_css("\n".join([css or "", *document.styles]))
-    body = next((el for el in document.root.iter() if el.tag == "body"), document.root)
+    root = cssselect2.ElementWrapper.from_html_root(document.root)
+    body = next((el for el in root.iter_children() if el.local_name == "body"), root)
     budget = [MAX_NODES]
-    children = _children(body, [], {}, sheet, budget)
+    children = _children(body, {}, sheet, budget)
     palette = sorted(set(sheet.colors))
     return {
         "version": SPEC_VERSION,
@@ -124,37 +137,43 @@ def design_spec(html: str, css: str | None) -> dict[str, Any]:
 
 
 def parse_css(text: str) -> StyleSheet:
-    text = _COMMENT.sub("", text)
-    sheet = StyleSheet(rules=[], unsupported_selectors=[], unsupported_rules=[], colors=[])
-    order = 0
-    for prelude, body in _blocks(text):
-        if prelude.startswith("@"):
-            sheet.unsupported_rules.append(prelude.split()[0])
+    """Style rules (tinycss2) with compiled selectors (cssselect2); at-rules and selectors
+    that cannot apply to a static snapshot are listed instead of guessed."""
+    sheet = StyleSheet(
+        matcher=cssselect2.Matcher(), unsupported_selectors=[], unsupported_rules=[], colors=[]
+    )
+    for rule in tinycss2.parse_stylesheet(text, skip_comments=True, skip_whitespace=True):
+        if rule.type == "at-rule":
+            sheet.unsupported_rules.append("@" + rule.lower_at_keyword)
             continue
-        declarations = parse_declarations(body)
-        for name, value in declarations.items():
+        if rule.type != "qualified-rule":
+            continue  # a parse error: the browser drops it too
+        declarations = parse_declarations(rule.content)
+        for name, value in (declarations.normal | declarations.important).items():
             if name in COLOR_PROPERTIES:
                 sheet.colors.extend(colors_in(value))
-        for raw in prelude.split(","):
-            selector = collapse(raw)
-            parsed = _parse_selector(selector)
-            if parsed is None:
+        for tokens in _split_selector_list(rule.prelude):
+            selector = collapse(tinycss2.serialize(tokens))
+            compiled = _compile_selector(tokens)
+            if compiled is None:
                 if selector:
                     sheet.unsupported_selectors.append(selector)
                 continue
-            sheet.rules.append(Rule(parsed, _specificity(parsed), order, declarations))
-            order += 1
+            sheet.matcher.add_selector(compiled, declarations)
     return sheet
 
 
-def parse_declarations(body: str) -> dict[str, str]:
-    declarations: dict[str, str] = {}
-    for part in body.split(";"):
-        name, sep, value = part.partition(":")
-        name, value = name.strip().lower(), collapse(value.replace("!important", ""))
-        if sep and name and value:
-            declarations[name] = value
-    return declarations
+def parse_declarations(source: str | list[Any]) -> Declarations:
+    """The declarations of a rule body or a `style` attribute; the last one of a name wins."""
+    normal: dict[str, str] = {}
+    important: dict[str, str] = {}
+    for item in tinycss2.parse_blocks_contents(source, skip_comments=True, skip_whitespace=True):
+        if item.type != "declaration":
+            continue  # nested rules and parse errors
+        value = collapse(tinycss2.serialize(item.value))
+        if value:
+            (important if item.important else normal)[item.lower_name] = value
+    return Declarations(normal=normal, important=important)
 
 
 def colors_in(value: str) -> list[str]:
@@ -197,112 +216,61 @@ def _alpha(part: str) -> int:
     return max(0, min(255, round(value * 255)))
 
 
-def _blocks(text: str) -> list[tuple[str, str]]:
-    """Top-level `prelude { body }` pairs; nested blocks (in at-rules) stay in the body."""
-    blocks: list[tuple[str, str]] = []
-    depth = 0
-    start = 0
-    prelude = ""
-    for index, char in enumerate(text):
-        if char == "{":
-            if depth == 0:
-                prelude = collapse(text[start:index])
-                start = index + 1
-            depth += 1
-        elif char == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                blocks.append((prelude, text[start:index]))
-                start = index + 1
-        elif char == ";" and depth == 0:
-            statement = collapse(text[start:index])  # e.g. `@import url(x);`
-            if statement.startswith("@"):
-                blocks.append((statement, ""))
-            start = index + 1
-    return blocks
+def _split_selector_list(prelude: list[Any]) -> list[list[Any]]:
+    """A rule's prelude cut at its top-level commas: one token list per selector, so one
+    selector that cannot be used does not drop the others."""
+    selectors: list[list[Any]] = [[]]
+    for token in prelude:
+        if token.type == "literal" and token.value == ",":
+            selectors.append([])
+        else:
+            selectors[-1].append(token)
+    return selectors
 
 
-def _parse_selector(
-    selector: str,
-) -> list[tuple[str | None, frozenset[str], frozenset[str]]] | None:
-    compounds: list[tuple[str | None, frozenset[str], frozenset[str]]] = []
-    for part in selector.split(" "):
-        match = _COMPOUND.match(part)
-        if not part or match is None or (not match.group("tag") and not match.group("rest")):
-            return None
-        tag = match.group("tag")
-        rest = re.findall(r"[#.][\w-]+", match.group("rest"))
-        ids = frozenset(item[1:] for item in rest if item.startswith("#"))
-        classes = frozenset(item[1:] for item in rest if item.startswith("."))
-        compounds.append((None if tag in (None, "*") else tag.lower(), ids, classes))
-    return compounds or None
-
-
-def _specificity(
-    compounds: list[tuple[str | None, frozenset[str], frozenset[str]]],
-) -> tuple[int, int, int]:
-    return (
-        sum(len(ids) for _, ids, _ in compounds),
-        sum(len(classes) for _, _, classes in compounds),
-        sum(1 for tag, _, _ in compounds if tag),
-    )
-
-
-def _matches_compound(
-    element: Element, compound: tuple[str | None, frozenset[str], frozenset[str]]
-) -> bool:
-    tag, ids, classes = compound
-    if tag is not None and element.tag != tag:
-        return False
-    if ids and element.attrs.get("id") not in ids:
-        return False
-    return classes <= set(element.classes())
-
-
-def _matches(rule: Rule, element: Element, ancestors: list[Element]) -> bool:
-    *outer, last = rule.selector
-    if not _matches_compound(element, last):
-        return False
-    position = len(ancestors)
-    for compound in reversed(outer):
-        position -= 1
-        while position >= 0 and not _matches_compound(ancestors[position], compound):
-            position -= 1
-        if position < 0:
-            return False
-    return True
+def _compile_selector(tokens: list[Any]) -> Any | None:
+    """The compiled selector, or None when it is invalid, unknown to cssselect2, or cannot
+    match a static snapshot (user-action pseudo-classes such as `:hover`, pseudo-elements)."""
+    try:
+        (compiled,) = cssselect2.compile_selector_list(tokens)
+    except (cssselect2.SelectorError, ValueError):
+        return None
+    if compiled.never_matches or compiled.pseudo_element is not None:
+        return None
+    return compiled
 
 
 def _computed(
-    element: Element, ancestors: list[Element], inherited: dict[str, str], sheet: StyleSheet
+    wrapper: cssselect2.ElementWrapper, inherited: dict[str, str], sheet: StyleSheet
 ) -> dict[str, str]:
+    """The cascade: inherited values, then matching rules by specificity and source order,
+    then the `style` attribute; `!important` declarations after all normal ones."""
     style = {name: value for name, value in inherited.items() if name in INHERITED}
-    matching = sorted(
-        (rule for rule in sheet.rules if _matches(rule, element, ancestors)),
-        key=lambda rule: (rule.specificity, rule.order),
-    )
-    for rule in matching:
-        style.update(rule.declarations)
-    inline = element.attrs.get("style")
-    if inline:
-        declarations = parse_declarations(inline)
-        for name, value in declarations.items():
+    matched: list[Declarations] = [payload for *_, payload in sheet.matcher.match(wrapper)]
+    inline_style = wrapper.etree_element.get("style")
+    if inline_style:
+        inline = parse_declarations(inline_style)
+        for name, value in (inline.normal | inline.important).items():
             if name in COLOR_PROPERTIES:
                 sheet.colors.extend(colors_in(value))
-        style.update(declarations)
+        matched.append(inline)
+    for declarations in matched:
+        style.update(declarations.normal)
+    for declarations in matched:
+        style.update(declarations.important)
     return style
 
 
 def _children(
-    element: Element,
-    ancestors: list[Element],
+    wrapper: cssselect2.ElementWrapper,
     style: dict[str, str],
     sheet: StyleSheet,
     budget: list[int],
 ) -> list[dict[str, Any]]:
     nodes: list[dict[str, Any]] = []
-    lineage = [*ancestors, element]
-    for child in element.children:
+    # The wrappers come in the order of the element children that `content` yields.
+    child_wrappers = iter(wrapper.iter_children())
+    for child in content(wrapper.etree_element):
         if budget[0] <= 0:
             break
         if isinstance(child, str):
@@ -311,30 +279,31 @@ def _children(
                 budget[0] -= 1
                 nodes.append(_text_node(text, style))
             continue
+        child_wrapper = next(child_wrappers)
         if child.tag in _SKIPPED:
             continue
         budget[0] -= 1
-        child_style = _computed(child, lineage, style, sheet)
+        child_style = _computed(child_wrapper, style, sheet)
         if child.tag == "img":
             nodes.append(_image_node(child, child_style))
-        elif child.tag in INLINE and not child.elements():
-            text = child.text()
+        elif child.tag in INLINE and not len(child):
+            text = text_of(child)
             if text:
                 node = _text_node(text, child_style)
                 node["name"] = child.tag
                 nodes.append(node)
         else:
-            nodes.append(_frame_node(child, lineage, child_style, sheet, budget))
+            nodes.append(_frame_node(child_wrapper, child_style, sheet, budget))
     return nodes
 
 
 def _frame_node(
-    element: Element,
-    ancestors: list[Element],
+    wrapper: cssselect2.ElementWrapper,
     style: dict[str, str],
     sheet: StyleSheet,
     budget: list[int],
 ) -> dict[str, Any]:
+    element: Element = wrapper.etree_element
     node: dict[str, Any] = {"type": "FRAME", "name": _name(element), "tag": element.tag}
     display = style.get("display", "")
     if display in ("flex", "inline-flex"):
@@ -363,10 +332,10 @@ def _frame_node(
         value = _px(style.get(prop, ""))
         if value is not None:
             node[key] = value
-    if element.tag in ("input", "textarea") and element.attrs.get("placeholder"):
-        node["children"] = [_text_node(element.attrs["placeholder"], style)]
+    if element.tag in ("input", "textarea") and element.get("placeholder"):
+        node["children"] = [_text_node(element.attrib["placeholder"], style)]
         return node
-    children = _children(element, ancestors, style, sheet, budget)
+    children = _children(wrapper, style, sheet, budget)
     if children:
         node["children"] = children
     return node
@@ -392,9 +361,9 @@ def _text_node(text: str, style: dict[str, str]) -> dict[str, Any]:
 
 
 def _image_node(element: Element, style: dict[str, str]) -> dict[str, Any]:
-    node: dict[str, Any] = {"type": "IMAGE", "name": element.attrs.get("alt", "") or "image"}
+    node: dict[str, Any] = {"type": "IMAGE", "name": element.get("alt", "") or "image"}
     for prop in ("width", "height"):
-        value = _px(style.get(prop, "") or element.attrs.get(prop, ""))
+        value = _px(style.get(prop, "") or element.get(prop, ""))
         if value is not None:
             node[prop] = value
     return node
@@ -402,9 +371,9 @@ def _image_node(element: Element, style: dict[str, str]) -> dict[str, Any]:
 
 def _name(element: Element) -> str:
     name = element.tag
-    if element.attrs.get("id"):
-        name += f"#{element.attrs['id']}"
-    for css_class in element.classes():
+    if element.get("id"):
+        name += f"#{element.attrib['id']}"
+    for css_class in classes(element):
         name += f".{css_class}"
     return name
 

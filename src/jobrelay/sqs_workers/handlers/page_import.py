@@ -20,7 +20,13 @@ from jobrelay.sqs_workers.handlers.common import (
     result_key,
     sha256_hex,
 )
-from jobrelay.sqs_workers.handlers.html_tree import Document, Element, collapse, parse_html
+from jobrelay.sqs_workers.handlers.html_tree import (
+    Document,
+    Element,
+    collapse,
+    parse_html,
+    text_of,
+)
 
 LANDMARK_TAGS = {
     "header": "banner",
@@ -143,11 +149,11 @@ def build_manifest(html: str, *, source_url: str | None) -> dict[str, Any]:
         "kind": "page_import",
         "source": {"url": source_url} if source_url else {"inline": True},
         "contentSha256": sha256_hex(html.encode("utf-8")),
-        "title": title.text() if title is not None else "",
-        "lang": html_element.attrs.get("lang", "") if html_element is not None else "",
+        "title": text_of(title) if title is not None else "",
+        "lang": html_element.get("lang", "") if html_element is not None else "",
         "description": _meta_description(root),
         "headings": [
-            {"level": int(el.tag[1]), "text": el.text(), "id": el.attrs.get("id") or None}
+            {"level": int(el.tag[1]), "text": text_of(el), "id": el.get("id") or None}
             for el in root.iter()
             if el.tag in {"h1", "h2", "h3", "h4", "h5", "h6"}
         ],
@@ -158,17 +164,17 @@ def build_manifest(html: str, *, source_url: str | None) -> dict[str, Any]:
         ],
         "links": [
             {
-                "href": _resolve(base, el.attrs["href"]),
-                "text": el.text() or el.attrs.get("aria-label", "") or _image_alt(el),
-                "rel": el.attrs.get("rel") or None,
+                "href": _resolve(base, el.attrib["href"]),
+                "text": text_of(el) or el.get("aria-label", "") or _image_alt(el),
+                "rel": el.get("rel") or None,
             }
             for el in root.iter()
-            if el.tag == "a" and el.attrs.get("href", "").strip()
+            if el.tag == "a" and el.get("href", "").strip()
         ],
         "images": [
             {
-                "src": _resolve(base, el.attrs.get("src", "")),
-                "alt": el.attrs.get("alt"),
+                "src": _resolve(base, el.get("src", "")),
+                "alt": el.get("alt"),
                 "width": _int_attr(el, "width"),
                 "height": _int_attr(el, "height"),
             }
@@ -181,19 +187,21 @@ def build_manifest(html: str, *, source_url: str | None) -> dict[str, Any]:
 
 
 def landmark_role(element: Element) -> str | None:
-    role = element.attrs.get("role", "").strip().lower()
+    role = element.get("role", "").strip().lower()
     if role:
         return role if role in LANDMARK_ROLES else None
-    if element.tag == "form" and (element.attrs.get("aria-label") or element.attrs.get("name")):
+    if element.tag == "form" and (element.get("aria-label") or element.get("name")):
         return "form"
-    if element.tag == "section" and element.attrs.get("aria-label"):
+    if element.tag == "section" and element.get("aria-label"):
         return "region"
     return LANDMARK_TAGS.get(element.tag)
 
 
 def layout_tree(document: Document) -> dict[str, Any]:
     """A simplified tree of the body: structural, text and media elements only."""
-    body = document.find("body") or document.root
+    body = document.find("body")
+    if body is None:  # never `or`: an Element without children is falsy
+        body = document.root
     budget = [MAX_LAYOUT_NODES]
     node = _layout_node(body, budget)
     node["tag"] = "body"
@@ -203,17 +211,17 @@ def layout_tree(document: Document) -> dict[str, Any]:
 def _layout_node(element: Element, budget: list[int]) -> dict[str, Any]:
     budget[0] -= 1
     node: dict[str, Any] = {"tag": element.tag}
-    role = element.attrs.get("role", "").strip().lower()
+    role = element.get("role", "").strip().lower()
     if role:
         node["role"] = role
-    if element.attrs.get("id"):
-        node["id"] = element.attrs["id"]
+    if element.get("id"):
+        node["id"] = element.attrib["id"]
     if element.tag in TEXT_TAGS:
-        text = element.text()
+        text = text_of(element)
         if text:
             node["text"] = text[:MAX_TEXT]
     if element.tag == "img":
-        node["alt"] = element.attrs.get("alt", "")
+        node["alt"] = element.get("alt", "")
     if element.tag in LAYOUT_LEAVES:
         return node
     children = [_layout_node(child, budget) for child in _kept_children(element) if budget[0] > 0]
@@ -224,7 +232,7 @@ def _layout_node(element: Element, budget: list[int]) -> dict[str, Any]:
 
 def _kept_children(element: Element) -> list[Element]:
     kept: list[Element] = []
-    for child in element.elements():
+    for child in element:
         if _is_layout(child):
             kept.append(child)
         else:
@@ -233,12 +241,12 @@ def _kept_children(element: Element) -> list[Element]:
 
 
 def _is_layout(element: Element) -> bool:
-    return element.tag in LAYOUT_TAGS or "-" in element.tag or bool(element.attrs.get("role"))
+    return element.tag in LAYOUT_TAGS or "-" in element.tag or bool(element.get("role"))
 
 
 def _base_url(document: Document, source_url: str | None) -> str | None:
     base = document.find("base")
-    href = base.attrs.get("href", "").strip() if base is not None else ""
+    href = base.get("href", "").strip() if base is not None else ""
     if href:
         return urljoin(source_url or "", href) or None
     return source_url
@@ -251,20 +259,20 @@ def _resolve(base: str | None, href: str) -> str:
 
 def _meta_description(root: Element) -> str:
     for element in root.iter():
-        if element.tag == "meta" and element.attrs.get("name", "").lower() == "description":
-            return collapse(element.attrs.get("content", ""))
+        if element.tag == "meta" and element.get("name", "").lower() == "description":
+            return collapse(element.get("content", ""))
     return ""
 
 
 def _label(element: Element) -> str | None:
-    return element.attrs.get("aria-label") or element.attrs.get("id") or None
+    return element.get("aria-label") or element.get("id") or None
 
 
 def _image_alt(element: Element) -> str:
-    image = next((el for el in element.iter() if el.tag == "img"), None)
-    return image.attrs.get("alt", "") if image is not None else ""
+    image = next(element.iter("img"), None)
+    return image.get("alt", "") if image is not None else ""
 
 
 def _int_attr(element: Element, name: str) -> int | None:
-    value = element.attrs.get(name, "").strip().removesuffix("px")
+    value = element.get(name, "").strip().removesuffix("px")
     return int(value) if value.isdigit() else None
