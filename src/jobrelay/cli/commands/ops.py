@@ -86,9 +86,8 @@ def pause(
 @ops_app.command("resume")
 def resume() -> None:
     """Resume claiming and enqueueing."""
-    _print(
-        _run(lambda pool: set_pause(pool, claims=False, enqueue=False, reason=None, actor=ACTOR))
-    )
+    row = _run(lambda pool: set_pause(pool, claims=False, enqueue=False, reason=None, actor=ACTOR))
+    _print(_control_json(row))
 
 
 @ops_app.command("status")
