@@ -7,15 +7,22 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install up test lint typecheck layers unit lock bench clean
 
+# Runs only when the lock changed. The first run takes minutes, so each phase says what it
+# does and pip shows every package it fetches (no -q on the lock step); later runs are silent.
 $(STAMP): requirements.lock pyproject.toml
+	@echo "==> [1/3] creating the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+	@echo "==> [2/3] installing the pinned dependencies of requirements.lock (a few minutes the first time)"
+	$(PY) -m pip install --disable-pip-version-check --require-hashes -r requirements.lock
+	@echo "==> [3/3] installing jobrelay itself (editable)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 install: $(STAMP)
 
 up: $(STAMP)
+	@echo "==> starting the local stack (PostgreSQL, migrations, SQS/S3 emulator, API, workers)"
 	$(VENV)/bin/jobrelay up
 
 lint: $(STAMP)

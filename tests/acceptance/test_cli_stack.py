@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -71,6 +72,41 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
         _stop(second, signal.SIGTERM)
     assert names == [("kept",)]
     assert server.running_pid() is None
+
+
+def test_one_shot_commands_find_a_running_up_on_its_own_port(tmp_path: Path) -> None:
+    port = free_port()
+    up = _start_up(tmp_path, port)
+    # Nothing tells these commands the port `up` was given: they read what `up` recorded.
+    beside = {
+        "DATABASE_URL": None,
+        "JOBRELAY_DATA_DIR": str(tmp_path),
+        "JOBRELAY_API_PORT": None,
+        "JOBRELAY_AWS_ENDPOINT_URL": None,
+        "COLUMNS": "240",  # one table row per line in doctor's output
+    }
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60, what="`up` to be ready")
+        record = json.loads((tmp_path / "up.json").read_text())
+        assert record["pid"] == up.pid
+        assert record["apiUrl"] == f"http://127.0.0.1:{port}"
+        emulator = record["awsEndpointUrl"]
+        assert emulator.startswith("http://127.0.0.1:") and record["emulatorStarted"] is True
+
+        doctor = run_cli("doctor", **beside)
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        (emulator_row,) = [line for line in doctor.stdout.splitlines() if "sqs/s3" in line]
+        assert f"{emulator} (emulator started by `jobrelay up`, pid {up.pid})" in emulator_row
+        assert emulator_row.rstrip(" │|").endswith("yes"), emulator_row
+        assert f"pid {up.pid}, API http://127.0.0.1:{port}" in doctor.stdout
+
+        demo = run_cli("demo", "--pages", "2", "--timeout", "100", **beside)
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert "(2 completed, 0 failed, 0 cancelled of 2)" in demo.stdout
+    finally:
+        output = _stop(up, signal.SIGINT)
+    assert "… starting the SQS/S3 emulator" in output, "each phase of `up` prints a line"
+    assert not (tmp_path / "up.json").exists(), "`up` removes its record on exit"
 
 
 def test_unreachable_database_url_is_one_clear_message() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import threading
@@ -18,7 +19,7 @@ from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import set_pause
 from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
-from tests.harness import ApiHarness, run_cli
+from tests.harness import ApiHarness, run_cli, wait_until
 from tests.jobs_support import build_registry
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
 
@@ -90,8 +91,10 @@ async def test_reconcile_index_and_set_logged_on_the_legacy_shape(
     verified = report["steps"]["4_convert_and_verify"]
     assert verified["ok"] and verified["claimWorks"] and verified["rowCountUnchanged"]
     assert verified["rowCountBefore"] == LEGACY_ROW_COUNT
+    assert verified["rowChecksumUnchanged"]
     measured = report["steps"]["2_measure"]
     assert measured["rowCount"] == LEGACY_ROW_COUNT
+    assert verified["rowChecksumBefore"] == measured["rowChecksum"] == _checksum(legacy)
     assert measured["tableBytes"] > 0 and measured["indexBytes"] > 0
     assert isinstance(measured["freeDiskBytes"], int | str)
     assert set(report["steps"]["6_record"]) == {"durationS", "lockHeldS", "rollbackBoundary"}
@@ -140,6 +143,67 @@ def _hold_lock(dsn: str, statement: str, release: threading.Event, held: threadi
         held.set()
         release.wait(60)
         conn.rollback()
+
+
+def _checksum(dsn: str) -> str:
+    """The runbook's documented checksum recomputed in Python from each row's md5: the two
+    64-bit halves (signed) summed over all rows, then md5 of "<sum of high>:<sum of low>"."""
+    with psycopg.connect(dsn) as conn:
+        hashes = [h for (h,) in conn.execute("SELECT md5(j::text) FROM jobs AS j").fetchall()]
+
+    def signed(half: str) -> int:
+        value = int(half, 16)
+        return value - (1 << 64) if value >= 1 << 63 else value
+
+    high = sum(signed(h[:16]) for h in hashes)
+    low = sum(signed(h[16:]) for h in hashes)
+    return hashlib.md5(f"{high}:{low}".encode()).hexdigest()
+
+
+def _write_once_the_runbook_waits(dsn: str, wrote: threading.Event) -> None:
+    """Change one row in a transaction that commits only when the runbook waits for its lock:
+    after the measurement, before the conversion (what a writer ignoring the pause does)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE jobs SET payload = payload || '{\"touched\": true}' "
+            "WHERE id = (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id LIMIT 1)"
+        )
+        with psycopg.connect(dsn) as probe:
+            wait_until(
+                lambda: probe.execute(
+                    "SELECT 1 FROM pg_locks WHERE relation = 'jobs'::regclass "
+                    "AND mode = 'AccessExclusiveLock' AND NOT granted"
+                ).fetchone(),
+                timeout_s=60,
+                what="the runbook to wait for its lock",
+            )
+        conn.commit()
+        wrote.set()
+
+
+async def test_a_row_changed_during_the_runbook_fails_its_verification(
+    legacy: str, legacy_pool: AsyncConnectionPool[Connection]
+) -> None:
+    await set_pause(legacy_pool, claims=True, enqueue=True, reason="set-logged", actor="ops")
+    wrote = threading.Event()
+    writer = threading.Thread(target=_write_once_the_runbook_waits, args=(legacy, wrote))
+    writer.start()
+    try:
+        report = await set_logged(legacy_pool, lock_timeout_s=60)
+    finally:
+        writer.join()
+    assert wrote.is_set()
+    assert report["outcome"] == "converted_unverified" and not report["ok"], report
+    verified = report["steps"]["4_convert_and_verify"]
+    assert verified["rowCountUnchanged"], "the count alone cannot see an update"
+    assert not verified["rowChecksumUnchanged"]
+    assert verified["rowChecksumBefore"] == report["steps"]["2_measure"]["rowChecksum"]
+    assert verified["rowChecksumAfter"] == _checksum(legacy) != verified["rowChecksumBefore"]
+    assert "verification failed: rowChecksumUnchanged" in report["message"]
+    assert "the rows changed between the measurement and the conversion" in report["message"]
+    with psycopg.connect(legacy) as conn:
+        stored = conn.execute("SELECT ok, report->>'outcome' FROM ops_run").fetchall()
+    assert stored == [(False, "converted_unverified")]
 
 
 def _cli(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
@@ -230,6 +294,19 @@ def test_ops_check_and_status_report_the_legacy_state(legacy: str) -> None:
     status = json.loads(_cli("status", dsn=legacy).stdout)
     assert status["claimsPaused"] is False
     assert status["pendingByType"]["media.process"] > 0
+
+
+def test_pause_resume_and_status_print_one_camel_case_shape(legacy: str) -> None:
+    printed = {name: _cli(name, dsn=legacy) for name in ("pause", "status", "resume")}
+    for name, result in printed.items():
+        assert result.returncode == 0, (name, result.stderr)
+    paused, status, resumed = (json.loads(printed[n].stdout) for n in ("pause", "status", "resume"))
+    assert set(resumed) == set(paused), "resume prints the control row like pause"
+    assert set(paused) <= set(status), "status adds lease and pending counts to the same row"
+    assert all("_" not in key for key in resumed), resumed
+    assert paused["claimsPaused"] is True and paused["enqueuePaused"] is True
+    assert resumed["claimsPaused"] is False and resumed["enqueuePaused"] is False
+    assert resumed["updatedBy"] == "ops"
 
 
 def test_concurrent_enqueues_after_the_index_cannot_duplicate(legacy: str) -> None:

@@ -1,6 +1,10 @@
 """The `SET LOGGED` runbook of seed 003, as code: quiesce check, measurements, a bounded
 lock, the conversion, verification and a report (stdout, file, and an `ops_run` row).
 
+The verification compares the row count and a checksum of every row (an order-independent
+aggregate of `md5(row::text)`, computed in the database) before and after the conversion:
+the rewrite must carry every row over byte for byte, and the runbook's quiesce must have held.
+
 Every outcome is a report; `outcome` says which: `converted`, `already_logged`, `dry_run`,
 `refused` (a pre-flight condition failed, nothing locked) or `aborted` (the lock was not
 granted within `lock_timeout`, nothing changed).
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,8 +125,8 @@ async def _run(
             return
 
         # Step 2: what will be rewritten, and whether the disk can take it.
-        rows_before = await _count(conn, table)
-        steps["2_measure"] = await _measure(conn, facts, rows_before)
+        before = await _fingerprint(conn, table)
+        steps["2_measure"] = await _measure(conn, facts, before)
         needed = steps["2_measure"]["rewriteBytes"]
         free = steps["2_measure"]["freeDiskBytes"]
         if isinstance(free, int) and free < 2 * needed:
@@ -146,9 +151,8 @@ async def _run(
 
         after = await _facts(conn, table)
         assert after is not None
-        rows_after = await _count(conn, table)
         claim_ok = await claim_check(conn)
-        verification = _verify(after, rows_before, rows_after, claim_ok)
+        verification = _verify(after, before, await _fingerprint(conn, table), claim_ok)
         steps["4_convert_and_verify"] = verification
         steps["5_next"] = NEXT_STEPS
         steps["6_record"] = {
@@ -159,7 +163,7 @@ async def _run(
         if verification["ok"]:
             _finish(report, "converted", f"table {table} is LOGGED and verified")
         else:
-            _finish(report, "converted_unverified", "converted, but a verification failed")
+            _finish(report, "converted_unverified", _unverified_message(table, verification))
 
 
 def _refusal(control: dict[str, Any], foreign_keys: list[dict[str, Any]]) -> str | None:
@@ -187,14 +191,38 @@ async def _facts(conn: Connection, table: str) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
-async def _count(conn: Connection, table: str) -> int:
-    query = sql.SQL("SELECT count(*) AS n FROM {}").format(sql.Identifier(table))
+@dataclass(frozen=True)
+class Fingerprint:
+    """The row count of a table and a checksum of all its rows, in any order."""
+
+    rows: int
+    checksum: str
+
+
+# Each row's md5 is split into two 64-bit halves that are summed exactly (numeric): a sum does
+# not depend on row order (no ORDER BY, no sort of the table) and needs constant memory, unlike
+# string_agg over sorted hashes. The md5 of the two sums keeps the report readable.
+_FINGERPRINT = sql.SQL(
+    """
+    SELECT count(*) AS n,
+           md5(coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0)::text
+               || ':' ||
+               coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0)::text)
+           AS checksum
+    FROM (SELECT md5(logged_row::text) AS h FROM {} AS logged_row) AS hashed
+    """
+)
+
+
+async def _fingerprint(conn: Connection, table: str) -> Fingerprint:
+    """Count and checksum every row of `table` (one full scan)."""
+    query = _FINGERPRINT.format(sql.Identifier(table))
     row = await (await conn.execute(query)).fetchone()
     assert row is not None
-    return int(str(row["n"]))
+    return Fingerprint(rows=int(str(row["n"])), checksum=str(row["checksum"]))
 
 
-async def _measure(conn: Connection, facts: dict[str, Any], rows: int) -> dict[str, Any]:
+async def _measure(conn: Connection, facts: dict[str, Any], rows: Fingerprint) -> dict[str, Any]:
     rewrite = int(facts["table_bytes"]) + int(facts["index_bytes"])
     location = await (await conn.execute(SQL.data_directory)).fetchone()
     data_dir = location["data_directory"] if location else None
@@ -202,7 +230,8 @@ async def _measure(conn: Connection, facts: dict[str, Any], rows: int) -> dict[s
     if isinstance(data_dir, str) and location and location["via_socket"]:
         free = _free_bytes(data_dir) or free
     return {
-        "rowCount": rows,
+        "rowCount": rows.rows,
+        "rowChecksum": rows.checksum,
         "tableBytes": int(facts["table_bytes"]),
         "indexBytes": int(facts["index_bytes"]),
         "toastBytes": int(facts["toast_bytes"]),
@@ -244,7 +273,7 @@ def _free_bytes(directory: str) -> int | None:
 
 
 def _verify(
-    facts: dict[str, Any], rows_before: int, rows_after: int, claim_ok: bool
+    facts: dict[str, Any], before: Fingerprint, after: Fingerprint, claim_ok: bool
 ) -> dict[str, Any]:
     indexes: dict[str, dict[str, Any]] = facts["indexes"] or {}
     toast = facts["toast"]
@@ -255,17 +284,34 @@ def _verify(
         "indexesValid": all(i["valid"] for i in indexes.values()),
         "toastPermanent": toast is None or toast["persistence"] == "p",
         "toastIndexesPermanent": all(p == "p" for p in toast_indexes.values()),
-        "rowCountUnchanged": rows_before == rows_after,
+        "rowCountUnchanged": before.rows == after.rows,
+        "rowChecksumUnchanged": before.checksum == after.checksum,
         "claimWorks": claim_ok,
     }
     return {
         **checks,
         "ok": all(checks.values()),
-        "rowCountBefore": rows_before,
-        "rowCountAfter": rows_after,
+        "rowCountBefore": before.rows,
+        "rowCountAfter": after.rows,
+        "rowChecksumBefore": before.checksum,
+        "rowChecksumAfter": after.checksum,
         "indexes": sorted(indexes),
         "toast": toast["name"] if toast else None,
     }
+
+
+def _unverified_message(table: str, verification: dict[str, Any]) -> str:
+    """Name every failed check; a changed checksum says what it means and what to do."""
+    failed = [name for name, value in verification.items() if value is False]
+    message = f"table {table} was converted, but verification failed: {', '.join(failed)}"
+    if not verification["rowChecksumUnchanged"]:
+        message += (
+            f"; the rows changed between the measurement and the conversion (checksum "
+            f"{verification['rowChecksumBefore']} before, {verification['rowChecksumAfter']} "
+            "after): a session wrote despite the pause; keep jobs paused and compare the table "
+            "with your backup before resuming"
+        )
+    return message
 
 
 def _finish(report: dict[str, Any], outcome: str, message: str) -> None:

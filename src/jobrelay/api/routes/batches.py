@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import Field
 
 from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
-from jobrelay.api.schemas import ApiModel
+from jobrelay.api.schemas import ApiModel, BatchStatusCode, ItemStateName
 from jobrelay.auth.tokens import Caller
 from jobrelay.batches.service import BatchView, ItemPage
 from jobrelay.bootstrap import Services
@@ -50,7 +50,7 @@ class Batch(ApiModel):
     organization_id: int
     project_id: int
     type: str
-    status: str
+    status: BatchStatusCode
     counts: Counts
     cancelled_at: datetime | None
     created_at: datetime
@@ -65,7 +65,7 @@ class Batch(ApiModel):
             organization_id=view.organization_id,
             project_id=view.project_id,
             type=view.type,
-            status=view.status.value,
+            status=view.status,
             counts=Counts.model_validate(view.counts),
             cancelled_at=view.cancelled_at,
             created_at=view.created_at,
@@ -79,7 +79,7 @@ class Item(ApiModel):
     id: str
     position: int
     job_id: str
-    state: str
+    state: ItemStateName
     dispatch_attempts: int
     dispatched_at: datetime | None
     cancelled_at: datetime | None
@@ -99,7 +99,7 @@ class Items(ApiModel):
                     id=i.id,
                     position=i.position,
                     job_id=i.job_id,
-                    state=i.state.value,
+                    state=i.state,
                     dispatch_attempts=i.dispatch_attempts,
                     dispatched_at=i.dispatched_at,
                     cancelled_at=i.cancelled_at,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 
 from jobrelay.api.deps import CallerDep, ServicesDep
-from jobrelay.api.schemas import ApiModel
+from jobrelay.api.schemas import ApiModel, ChildStatusCode
 from jobrelay.bootstrap import Services
 from jobrelay.domain.errors import NotFound
 from jobrelay.protocol import ChildKind
@@ -24,7 +24,7 @@ class Child(ApiModel):
     project_id: int
     batch_id: str | None
     request: dict[str, Any]
-    status: str
+    status: ChildStatusCode
     result_url: str | None
     error_message: str | None
     created_at: datetime

@@ -4,14 +4,19 @@ result, record placement, soft delete."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
-from jobrelay.api.schemas import ApiModel
+from jobrelay.api.schemas import (
+    GENERATION_STATUS,
+    ApiModel,
+    GenerationStatus,
+    GenerationStatusCode,
+)
 from jobrelay.domain.errors import Conflict, NotFound
 from jobrelay.generations.code2wf import PAGE_SIZE_MAX, NewGeneration
 
@@ -39,7 +44,7 @@ class Code2Wf(ApiModel):
     figma_file_key: str
     screen_id: str
     placement_target: str | None
-    status: Literal["0", "1", "2"]
+    status: GenerationStatusCode
     attempt: int
     flag_count: int | None
     result_url: str | None
@@ -99,7 +104,7 @@ async def discover_code2wf(
     scope: ProjectScopeDep,
     services: ServicesDep,
     figma_file_key: Annotated[str, Query(alias="figmaFileKey", min_length=1, max_length=255)],
-    status: Annotated[Literal["0", "1", "2"] | None, Query()] = None,
+    status: Annotated[GenerationStatus | None, Query(description=GENERATION_STATUS)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_SIZE_MAX)] = 50,
     after: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
 ) -> Code2WfPage:

@@ -11,8 +11,8 @@ import typer
 
 from jobrelay.auth.tenancy import Role, Tenancy
 from jobrelay.bootstrap import build_services, database, local_issuer
+from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import InvalidInput
-from jobrelay.settings import load_settings
 
 admin_app = typer.Typer(help="Organizations, projects and members (prints JSON).")
 
@@ -31,7 +31,7 @@ def token_command(
     id_token: bool = typer.Option(False, "--id-token", help="Mint an ID token, not access."),
 ) -> None:
     """Print a token from the local issuer (JOBRELAY_AUTH_MODE=local)."""
-    settings = load_settings()
+    settings = load_cli_settings()
     if settings.auth_mode != "local":
         raise InvalidInput("`jobrelay token` works only with JOBRELAY_AUTH_MODE=local")
     if not sub or len(sub) > 50:
@@ -42,7 +42,7 @@ def token_command(
 
 
 def _run(action: Callable[[Tenancy], Awaitable[Any]]) -> None:
-    settings = load_settings()
+    settings = load_cli_settings()
 
     async def go(dsn: str) -> Any:
         async with build_services(settings, dsn) as services:

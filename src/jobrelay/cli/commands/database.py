@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from jobrelay.bootstrap import aws_reachable, database, database_report
-from jobrelay.settings import load_settings
+from jobrelay.cli.running_stack import RunningStack, load_cli_settings, running_stack
+from jobrelay.settings import Settings, load_settings
 
 console = Console()
 
@@ -26,8 +28,9 @@ def migrate_command() -> None:
 
 
 def doctor_command() -> None:
-    """Check PostgreSQL version, migration head, table persistence and the SQS/S3 endpoint."""
-    settings = load_settings()
+    """Check PostgreSQL version, migration head, table persistence, the running `jobrelay up`
+    (its API and the emulator it started) and the SQS/S3 endpoint."""
+    settings = load_cli_settings()
     problems: list[str] = []
     with database(settings, run_migrations=False) as dsn:
         report = database_report(dsn)
@@ -46,9 +49,17 @@ def doctor_command() -> None:
         table.add_row(f"table {name}", persistence, "yes" if ok else "no")
         if not ok:
             problems.append(f"table {name} is {persistence}: see `jobrelay ops set-logged`")
+    stack = running_stack(settings)
+    if stack is not None:
+        answers = _api_answers(stack.api_url)
+        table.add_row("jobrelay up", f"pid {stack.pid}, API {stack.api_url}", _yes(answers))
+        if not answers:
+            problems.append(
+                f"`jobrelay up` (pid {stack.pid}) runs but {stack.api_url} does not answer"
+            )
     if settings.aws_endpoint_url:
         reachable = aws_reachable(settings)
-        table.add_row("sqs/s3 endpoint", settings.aws_endpoint_url, "yes" if reachable else "no")
+        table.add_row("sqs/s3 endpoint", _endpoint_label(settings, stack), _yes(reachable))
         if not reachable:
             problems.append(f"the SQS/S3 endpoint {settings.aws_endpoint_url} does not answer")
     else:
@@ -58,3 +69,22 @@ def doctor_command() -> None:
         console.print(f"[red]problem:[/] {problem}")
     if problems:
         raise typer.Exit(1)
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def _api_answers(api_url: str) -> bool:
+    try:
+        return httpx.get(f"{api_url}/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _endpoint_label(settings: Settings, stack: RunningStack | None) -> str:
+    """The endpoint URL, saying when it is the emulator a running `up` started."""
+    url = settings.aws_endpoint_url or ""
+    if stack is not None and stack.emulator_started and stack.aws_endpoint_url == url:
+        return f"{url} (emulator started by `jobrelay up`, pid {stack.pid})"
+    return url

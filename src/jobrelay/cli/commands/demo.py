@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobrelay.bootstrap import build_services, database, local_issuer
+from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import InvalidInput
-from jobrelay.settings import Settings, load_settings
+from jobrelay.settings import Settings
 
 console = Console(soft_wrap=True)
 DEMO_SUBJECT = "demo"
@@ -36,11 +37,13 @@ def register(app: typer.Typer) -> None:
 
 def demo_command(
     pages: int = typer.Option(25, min=1, max=500, help="Pages in the batch."),
-    api: str | None = typer.Option(None, help="API base URL (default: from settings)."),
+    api: str | None = typer.Option(
+        None, help="API base URL (default: the running `jobrelay up`, else from settings)."
+    ),
     timeout: float = typer.Option(300.0, min=1, help="Give up after this many seconds."),
 ) -> None:
     """Submit a Page Import batch to a running stack and follow it to the end."""
-    settings = load_settings()
+    settings = load_cli_settings()
     if settings.auth_mode != "local":
         raise InvalidInput("`jobrelay demo` mints its token locally: JOBRELAY_AUTH_MODE=local")
     base = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")

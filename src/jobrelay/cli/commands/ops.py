@@ -18,12 +18,12 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic.alias_generators import to_camel
 
 from jobrelay.bootstrap import build_services, database, jobs_registry
+from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import InvalidInput, JobrelayError
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import control_status, set_pause
 from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import set_logged
-from jobrelay.settings import load_settings
 
 ops_app = typer.Typer(help="Operations: quiesce, reconcile duplicates, SET LOGGED, checks.")
 ACTOR = "ops"
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(action: Callable[[AsyncConnectionPool[Any]], Awaitable[Any]]) -> Any:
-    settings = load_settings()
+    settings = load_cli_settings()
 
     async def go(dsn: str) -> Any:
         async with build_services(settings, dsn) as services:
@@ -86,9 +86,8 @@ def pause(
 @ops_app.command("resume")
 def resume() -> None:
     """Resume claiming and enqueueing."""
-    _print(
-        _run(lambda pool: set_pause(pool, claims=False, enqueue=False, reason=None, actor=ACTOR))
-    )
+    row = _run(lambda pool: set_pause(pool, claims=False, enqueue=False, reason=None, actor=ACTOR))
+    _print(_control_json(row))
 
 
 @ops_app.command("status")
@@ -116,7 +115,7 @@ def reconcile_command(
     """Plan (dry run) or apply the reconciliation of active duplicates."""
 
     async def action(pool: AsyncConnectionPool[Any]) -> dict[str, Any]:
-        policies = registry_policies(jobs_registry(load_settings()))
+        policies = registry_policies(jobs_registry(load_cli_settings()))
         plan = await reconcile_duplicates(pool, policies, apply=apply)
         result = {"applied": apply, **plan_as_json(plan)}
         if create_index:

@@ -3,7 +3,9 @@
 `up` starts embedded PostgreSQL (unless DATABASE_URL), runs migrations, starts the SQS/S3
 emulator (unless an endpoint is configured) with its queues and bucket, then supervises the
 API and the background components in one event loop. Ctrl-C or SIGTERM stops them all, then
-the emulator and PostgreSQL; a second `up` reuses the same data directory.
+the emulator and PostgreSQL; a second `up` reuses the same data directory. While it runs,
+`data_dir/up.json` records its API URL and emulator endpoint for the one-shot commands
+(`jobrelay.cli.running_stack`). Each phase prints a line: the first start takes a while.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from jobrelay.bootstrap import (
     worker_config,
 )
 from jobrelay.cli.options import APP_OPTION, with_apps
+from jobrelay.cli.running_stack import recorded
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
 
@@ -103,15 +106,42 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
 
 
 def _run_stack(settings: Settings) -> None:
-    with database(settings, own_stack=True) as dsn, local_emulator(settings) as endpoint_url:
-        endpoint = aws_endpoint(settings, endpoint_url)
-        asyncio.run(prepare_aws(settings, endpoint))
-        _print_welcome(settings, endpoint_url)
-        asyncio.run(_supervise(settings, dsn, endpoint_url, parts=stack_parts(settings, dsn)))
+    if settings.database_url:
+        _progress("migrating the database at DATABASE_URL")
+    else:
+        _progress(
+            f"starting PostgreSQL in {settings.pgdata_dir} and migrating "
+            "(the first start creates the cluster)"
+        )
+    with database(settings, own_stack=True) as dsn:
+        if not settings.aws_endpoint_url:
+            _progress("starting the SQS/S3 emulator")
+        with local_emulator(settings) as endpoint_url:
+            _progress(f"creating the queues and the bucket at {endpoint_url}")
+            endpoint = aws_endpoint(settings, endpoint_url)
+            asyncio.run(prepare_aws(settings, endpoint))
+            with recorded(
+                settings,
+                api_url=_api_url(settings),
+                aws_endpoint_url=endpoint_url,
+                emulator_started=not settings.aws_endpoint_url,
+            ):
+                _print_welcome(settings, endpoint_url)
+                asyncio.run(
+                    _supervise(settings, dsn, endpoint_url, parts=stack_parts(settings, dsn))
+                )
+
+
+def _progress(step: str) -> None:
+    console.print(f"[dim]…[/] {step}", highlight=False)
+
+
+def _api_url(settings: Settings) -> str:
+    return f"http://{settings.api_host}:{settings.api_port}"
 
 
 def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
-    base = f"http://{settings.api_host}:{settings.api_port}"
+    base = _api_url(settings)
     console.print(f"[bold green]jobrelay is up[/]\n  API      {base}\n  OpenAPI  {base}/docs")
     console.print(f"  SQS/S3   {endpoint_url}\n  data     {settings.data_dir.resolve()}")
     if settings.auth_mode == "local":
@@ -172,7 +202,7 @@ def _for_stack(settings: Settings) -> Settings:
     """Point the in-stack SQS worker at this API unless its webhook URL was configured."""
     if "sqs_worker_webhook_url" in settings.model_fields_set:
         return settings
-    url = f"http://{settings.api_host}:{settings.api_port}/v1/webhooks/worker"
+    url = f"{_api_url(settings)}/v1/webhooks/worker"
     return settings.model_copy(update={"sqs_worker_webhook_url": url})
 
 
