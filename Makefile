@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install up test lint typecheck layers unit lock bench clean
+.PHONY: install up test lint typecheck layers unit lock bench clean docs
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ layers: $(STAMP)
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
 test: lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The generated references (settings, CLI, HTTP) under docs/reference/, from the code.
+docs: $(STAMP)
+	$(PY) -m jobrelay.reference
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
