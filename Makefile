@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install up test lint typecheck layers unit lock bench clean
+.PHONY: install up test lint typecheck layers unit lock bench clean docs
 
 # Runs only when the lock changed. The first run takes minutes, so each phase says what it
 # does and pip shows every package it fetches (no -q on the lock step); later runs are silent.
@@ -38,6 +38,10 @@ layers: $(STAMP)
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
 test: lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The generated references (settings, CLI, HTTP) under docs/reference/, from the code.
+docs: $(STAMP)
+	$(PY) -m jobrelay.reference
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

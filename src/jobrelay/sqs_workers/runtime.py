@@ -1,6 +1,6 @@
 """The worker loop: receive, work several messages at once, report, then delete.
 
-What happens to each message (the full table is in docs/sqs_workers.md):
+What happens to each message (the full table is in docs/explanation/sqs_workers.md):
 - deleted only after the webhook answered 2xx, or 409 (the child already ended otherwise);
 - left for redelivery (and, after maxReceiveCount receives, the dead-letter queue) when the
   webhook rejected it (other 4xx) or stayed unavailable (5xx, 429, network) too long;
