@@ -1,0 +1,70 @@
+"""Settings -> database: `DATABASE_URL` or the embedded server, migrated before use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from jobrelay.bootstrap.errors import StartupError
+from jobrelay.db import migrate
+from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from jobrelay.db.pool import check_connection
+from jobrelay.settings import Settings
+
+
+@contextmanager
+def database(
+    settings: Settings, *, run_migrations: bool = True, own_stack: bool = False
+) -> Iterator[str]:
+    """Yield the DSN to use: `DATABASE_URL`, or the embedded server of `data_dir`.
+
+    The embedded server is started here and stopped on exit, unless a running `jobrelay up`
+    already owns it (its pid in `data_dir/up.pid`): then commands such as `admin`, `ops` and
+    `demo` attach to it and leave it running. `own_stack=True` is how `up` claims it.
+    """
+    if settings.database_url:
+        if run_migrations:
+            _migrate(settings.database_url, settings)
+        yield settings.database_url
+        return
+    server = EmbeddedPostgres(settings.pgdata_dir)
+    owner_file = settings.data_dir.resolve() / "up.pid"
+    if not own_stack and server.running_pid() is not None and _alive_pid_in(owner_file):
+        yield server.dsn()
+        return
+    try:
+        dsn = server.start()
+    except EmbeddedPostgresError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
+        if own_stack:
+            owner_file.write_text(str(os.getpid()))
+        if run_migrations:
+            _migrate(dsn, settings)
+        yield dsn
+    finally:
+        if own_stack:
+            owner_file.unlink(missing_ok=True)
+        server.stop()
+
+
+def _alive_pid_in(pid_file: Path) -> bool:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _migrate(dsn: str, settings: Settings) -> None:
+    asyncio.run(check_connection(dsn, timeout_s=settings.db_connect_timeout_s))
+    migrate.upgrade(dsn)
+
+
+def migrate_database(dsn: str) -> None:
+    """Bring the database at `dsn` to the newest schema."""
+    migrate.upgrade(dsn)

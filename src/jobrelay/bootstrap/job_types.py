@@ -1,0 +1,156 @@
+"""The deployment's job types (the product's, `--app`, entry points) and the
+worker's configuration built from them."""
+
+from __future__ import annotations
+
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay import content, diagnostics
+from jobrelay.aws.clients import AwsEndpoint, QueueSender
+from jobrelay.bootstrap.errors import StartupError
+from jobrelay.db.pool import Connection
+from jobrelay.domain.errors import FieldError, InvalidInput
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, parse_class_counts
+from jobrelay.generations import code2wf_dispatch
+from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.enqueue import Enqueuer
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
+from jobrelay.jobs.loading import AppLoadError, load_app, load_entry_points
+from jobrelay.jobs.registry import Registry, RegistryError
+from jobrelay.jobs.service import JobsService
+from jobrelay.jobs.worker import WorkerConfig
+from jobrelay.settings import Settings
+
+
+def product_job_types(
+    *,
+    diag_enabled: bool,
+    failpoints: Failpoints = NO_FAILPOINTS,
+    send: code2wf_dispatch.MessageSender | None = None,
+) -> JobTypes:
+    """The product's job types: content, Code2WF dispatch, and diagnostics when enabled."""
+    group = JobTypes()
+    group.include(content.job_types(failpoints=failpoints))
+    group.include(code2wf_dispatch.job_types(send))
+    if diag_enabled:
+        group.include(diagnostics.job_types)
+    return group
+
+
+def deployment_job_types(
+    settings: Settings,
+    *,
+    failpoints: Failpoints | None = None,
+    send: code2wf_dispatch.MessageSender | None = None,
+) -> JobTypes:
+    """Every job type this deployment runs: the product's, the apps of `JOBRELAY_APP` /
+    `--app`, and the packages of the `jobrelay.job_types` entry-point group, all declared
+    through the same `JobTypes`."""
+    group = product_job_types(
+        diag_enabled=settings.diag_jobs_enabled,
+        failpoints=failpoints or Failpoints.parse(settings.jobs_failpoints),
+        send=send,
+    )
+    try:
+        for reference in settings.app:
+            group.include(load_app(reference))
+        for installed in load_entry_points():
+            group.include(installed)
+    except AppLoadError as exc:
+        raise StartupError(str(exc)) from None
+    return group
+
+
+def jobs_registry(
+    settings: Settings,
+    failpoints: Failpoints | None = None,
+    send: code2wf_dispatch.MessageSender | None = None,
+) -> Registry:
+    """The closed registry of this deployment's job types; raises `StartupError` with one
+    line naming every problem (an app that does not load, two types with one name, an
+    incomplete declaration)."""
+    try:
+        return deployment_job_types(settings, failpoints=failpoints, send=send).registry()
+    except RegistryError as exc:
+        raise StartupError(f"job types: {exc}") from None
+
+
+def jobs_service(
+    settings: Settings, pool: AsyncConnectionPool[Connection], endpoint: AwsEndpoint | None = None
+) -> JobsService:
+    """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
+    failpoints = Failpoints.parse(settings.jobs_failpoints)
+    send = None if endpoint is None else QueueSender(endpoint, settings.sqs_queue_name)
+    registry = jobs_registry(settings, failpoints, send)
+    return JobsService(
+        pool=pool,
+        registry=registry,
+        enqueuer=Enqueuer(
+            registry,
+            payload_limit_bytes=settings.jobs_payload_limit_bytes,
+            failpoints=failpoints,
+        ),
+        failpoints=failpoints,
+    )
+
+
+def parse_slots(text: str, *, what: str = "--slots", empty_ok: bool = False) -> dict[str, int]:
+    """`ai=2,default=8` as slots per class; raises `InvalidInput` naming the bad value."""
+    try:
+        slots = parse_class_counts(text, what=what, minimum=0)
+        if not (empty_ok and not slots) and not any(slots.values()):
+            raise ConfigError(f"invalid {what} {text!r}: at least one class needs a slot")
+    except ConfigError as exc:
+        raise InvalidInput(str(exc), [FieldError(what, str(exc))]) from None
+    return slots
+
+
+def worker_config(
+    settings: Settings,
+    registry: Registry,
+    *,
+    concurrency: int | None = None,
+    slots: dict[str, int] | None = None,
+    metrics_port: int | None = None,
+    shutdown_grace_s: float | None = None,
+) -> WorkerConfig:
+    """The worker's configuration from the registry, settings and CLI overrides.
+
+    Slots per class: `--slots` alone when given (a class left out is not claimed); else the
+    classes the job types declare, overridden by `JOBRELAY_WORKER_SLOTS`. `--concurrency N`
+    alone lets every known class share N slots. Raises `StartupError` when a job type's
+    class has slots nowhere (neither declared nor configured): its jobs could never run.
+    """
+    configured = parse_slots(settings.worker_slots, what="JOBRELAY_WORKER_SLOTS", empty_ok=True)
+    known = {DEFAULT_CLASS: 10, **registry.classes, **configured}
+    unserved = registry.unserved_classes({**known, **(slots or {})})
+    if unserved:
+        listed = ", ".join(f"{name} (class {cls!r})" for name, cls in sorted(unserved.items()))
+        raise StartupError(
+            f"job types whose concurrency class has no slots anywhere: {listed}; declare the "
+            "class with its slots (JobTypes(classes=...)) or set JOBRELAY_WORKER_SLOTS"
+        )
+    concurrency = concurrency or settings.worker_concurrency
+    if slots is None and concurrency is None:
+        slots = known
+    caps = parse_class_counts(
+        settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
+    )
+    return WorkerConfig(
+        concurrency=concurrency,
+        slots=slots,
+        known_classes=tuple(sorted(known)),
+        global_caps=caps,
+        lease_s=settings.jobs_lease_s,
+        poll_interval_s=settings.worker_poll_interval_s,
+        rescue_interval_s=settings.jobs_rescue_interval_s,
+        reconcile_interval_s=settings.jobs_reconcile_interval_s,
+        prune_interval_s=settings.jobs_prune_interval_s,
+        retention_s=settings.jobs_retention_s or None,
+        shutdown_grace_s=(
+            settings.worker_shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
+        ),
+        prefetch=settings.worker_prefetch,
+        listen=settings.worker_listen,
+        metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
+    )

@@ -1,0 +1,99 @@
+"""Long-running processes wired from settings: the relay and the reference SQS worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import prometheus_client
+import structlog
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from jobrelay.aws.clients import AwsEndpoint
+from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
+from jobrelay.bootstrap.errors import StartupError
+from jobrelay.bootstrap.local_stack import aws_endpoint
+from jobrelay.db.pool import open_pool
+from jobrelay.settings import Settings
+from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
+from jobrelay.sqs_workers import WorkerStartupError
+from jobrelay.sqs_workers import serve as serve_sqs_worker
+
+
+def relay_config(settings: Settings) -> RelayConfig:
+    return RelayConfig(
+        lease_s=settings.relay_lease_s,
+        claim_size=settings.relay_claim_size,
+        workers=settings.relay_workers,
+        max_in_flight=settings.relay_max_in_flight,
+        poll_interval_s=settings.relay_poll_interval_s,
+        retry_delay_s=settings.relay_retry_delay_s,
+        message_limit_bytes=settings.sqs_message_limit_bytes,
+    )
+
+
+async def _queue_url(sqs: Any, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
+    """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
+    log = structlog.get_logger("jobrelay.relay")
+    while not stop.is_set():
+        try:
+            response = await sqs.get_queue_url(QueueName=queue_name)
+            return str(response["QueueUrl"])
+        except Exception as exc:
+            log.warning("relay.queue_unavailable", queue=queue_name, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=retry_s)
+    raise StartupError(f"stopped before the queue {queue_name} was reachable")
+
+
+async def run_relay(
+    settings: Settings, dsn: str, endpoint: AwsEndpoint, stop: asyncio.Event
+) -> None:
+    """Run one relay process until `stop` is set: pool, SQS client, metrics endpoint."""
+    config = relay_config(settings)
+    metrics = RelayMetrics()
+    if settings.relay_metrics_port:
+        prometheus_client.start_http_server(
+            settings.relay_metrics_port, addr=settings.api_host, registry=metrics.registry
+        )
+    pool = await open_pool(
+        dsn,
+        min_size=1,
+        max_size=max(2, config.workers + 2),
+        timeout_s=settings.db_connect_timeout_s,
+    )
+    client_kwargs = endpoint.client_kwargs()
+    client_kwargs["config"] = client_kwargs["config"].merge(
+        AioConfig(max_pool_connections=config.max_in_flight)
+    )
+    try:
+        async with get_session().create_client("sqs", **client_kwargs) as sqs:
+            queue_url = await _queue_url(sqs, settings.sqs_queue_name, stop, config.poll_interval_s)
+            relay = Relay(
+                pool=pool, sender=SqsSender(sqs, queue_url), config=config, metrics=metrics
+            )
+            await relay.run(stop)
+    finally:
+        await pool.close()
+
+
+async def run_sqs_worker(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    abandon: asyncio.Event | None = None,
+    endpoint_url: str | None = None,
+) -> None:
+    """Run one reference SQS worker until `stop` (no database: it only needs SQS, S3 and
+    the webhook URL). `abandon` cuts the shutdown grace short."""
+    try:
+        await serve_sqs_worker(
+            SqsWorkerConfig.from_settings(settings),
+            aws_endpoint(settings, endpoint_url),
+            stop,
+            abandon=abandon,
+        )
+    except WorkerStartupError as exc:
+        raise StartupError(str(exc)) from exc

@@ -1,0 +1,169 @@
+"""Database -> services: the pool, clients and services one process needs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+from botocore.exceptions import ClientError
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssuer
+from jobrelay.auth.tenancy import Tenancy
+from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
+from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
+from jobrelay.batches.creation import BatchLimits
+from jobrelay.batches.service import BatchService
+from jobrelay.bootstrap.errors import StartupError
+from jobrelay.bootstrap.job_types import jobs_service
+from jobrelay.bootstrap.local_stack import aws_endpoint
+from jobrelay.content.service import MediaService
+from jobrelay.db.pool import Connection, open_pool
+from jobrelay.domain.errors import NotFound
+from jobrelay.generations.children import ChildService
+from jobrelay.generations.code2wf import Code2WfService
+from jobrelay.generations.webhooks import WorkerWebhooks
+from jobrelay.jobs.service import JobsService
+from jobrelay.settings import Settings
+from jobrelay.webhooks import WebhookVerifier
+
+
+@dataclass
+class Services:
+    """Everything a request handler or command needs, built once per process."""
+
+    settings: Settings
+    pool: AsyncConnectionPool[Connection]
+    aws: AwsEndpoint
+    jobs: JobsService
+    media: MediaService
+    tokens: TokenVerifier
+    tenancy: Tenancy
+    batches: BatchService
+    children: ChildService
+    worker_webhooks: WorkerWebhooks
+    code2wf: Code2WfService
+    local_issuer: LocalIssuer | None = None
+
+    async def read_result(self, key: str) -> bytes:
+        """A stored worker result (or failure artifact) from the results bucket."""
+        try:
+            async with s3_client(self.aws) as s3:
+                response = await s3.get_object(Bucket=self.settings.s3_bucket, Key=key)
+                body: bytes = await response["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise NotFound("the stored result is gone") from exc
+            raise
+        return body
+
+    async def database_ready(self, timeout_s: float = 2.0) -> bool:
+        """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s), self.pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        except Exception:
+            return False
+        return True
+
+    async def aws_ready(self) -> bool:
+        return await endpoint_reachable(self.aws)
+
+
+@asynccontextmanager
+async def build_services(
+    settings: Settings, dsn: str, endpoint: AwsEndpoint | None = None
+) -> AsyncIterator[Services]:
+    """Open the pool and clients for one process and close them on exit."""
+    pool = await open_pool(
+        dsn,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        timeout_s=settings.db_connect_timeout_s,
+    )
+    issuer = local_issuer(settings) if settings.auth_mode == "local" else None
+    aws = endpoint or aws_endpoint(settings)
+    jobs = jobs_service(settings, pool, aws)
+    tenancy = Tenancy(pool)
+    try:
+        yield Services(
+            settings=settings,
+            pool=pool,
+            aws=aws,
+            jobs=jobs,
+            media=MediaService(pool),
+            tokens=token_verifier(settings, issuer),
+            tenancy=tenancy,
+            batches=BatchService(pool, batch_limits(settings)),
+            children=ChildService(pool),
+            worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
+            code2wf=Code2WfService(pool, jobs, tenancy),
+            local_issuer=issuer,
+        )
+    finally:
+        await pool.close()
+
+
+def batch_limits(settings: Settings) -> BatchLimits:
+    return BatchLimits(
+        max_items=settings.batch_max_items,
+        message_limit_bytes=settings.sqs_message_limit_bytes,
+    )
+
+
+def webhook_verifier(settings: Settings) -> WebhookVerifier:
+    """Verifies worker webhooks against every configured secret (rotation)."""
+    return WebhookVerifier([secret.get_secret_value() for secret in settings.webhook_secrets])
+
+
+def local_issuer(settings: Settings) -> LocalIssuer:
+    """The development token issuer whose key pair lives in the data directory."""
+    return LocalIssuer(settings.data_dir, admin_group=settings.auth_admin_group)
+
+
+def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerifier:
+    """The bearer-token verifier: the local issuer's keys, or the Cognito pool's JWKS."""
+    if settings.auth_mode == "local":
+        assert issuer is not None
+        local = issuer
+
+        async def fetch_local() -> dict[str, object]:
+            return local.jwks()
+
+        policy = TokenPolicy(
+            issuer=LOCAL_ISSUER,
+            client_ids=frozenset({LOCAL_CLIENT_ID, *settings.auth_client_ids}),
+            token_uses=frozenset(settings.auth_token_uses),
+            admin_group=settings.auth_admin_group,
+            leeway_s=settings.auth_leeway_s,
+        )
+        return TokenVerifier(policy, JwksCache(fetch_local, min_refresh_interval_s=0))
+    cognito_issuer = settings.cognito_issuer
+    if cognito_issuer is None or not settings.auth_client_ids:
+        raise StartupError(
+            "JOBRELAY_AUTH_MODE=cognito needs JOBRELAY_COGNITO_USER_POOL_ID and "
+            "JOBRELAY_AUTH_CLIENT_IDS"
+        )
+    jwks_url = f"{cognito_issuer}/.well-known/jwks.json"
+
+    async def fetch_cognito() -> dict[str, object]:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            response = await client.get(jwks_url)
+            response.raise_for_status()
+            document: dict[str, object] = response.json()
+            return document
+
+    policy = TokenPolicy(
+        issuer=cognito_issuer,
+        client_ids=frozenset(settings.auth_client_ids),
+        token_uses=frozenset(settings.auth_token_uses),
+        admin_group=settings.auth_admin_group,
+        leeway_s=settings.auth_leeway_s,
+    )
+    return TokenVerifier(
+        policy,
+        JwksCache(fetch_cognito, min_refresh_interval_s=settings.auth_jwks_refresh_interval_s),
+    )
