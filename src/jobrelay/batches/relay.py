@@ -29,7 +29,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 import structlog
@@ -41,6 +41,10 @@ from jobrelay.batches.service import retry_on_deadlock
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
+
+if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
+    from types_aiobotocore_sqs import SQSClient
+    from types_aiobotocore_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 _SQL = Queries("jobrelay.batches")
 log = structlog.get_logger("jobrelay.relay")
@@ -75,12 +79,12 @@ class MessageSender(Protocol):
 class SqsSender:
     """`MessageSender` over an aiobotocore SQS client (its lifetime is the caller's)."""
 
-    def __init__(self, client: Any, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._client = client
         self.queue_url = queue_url
 
     async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
-        entries = [
+        entries: list[SendMessageBatchRequestEntryTypeDef] = [
             {
                 "Id": str(index),
                 "MessageBody": message.body,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import prometheus_client
 import structlog
@@ -21,6 +21,9 @@ from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
 from jobrelay.sqs_workers import WorkerStartupError
 from jobrelay.sqs_workers import serve as serve_sqs_worker
 
+if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
+    from types_aiobotocore_sqs import SQSClient
+
 
 def relay_config(settings: Settings) -> RelayConfig:
     return RelayConfig(
@@ -34,7 +37,7 @@ def relay_config(settings: Settings) -> RelayConfig:
     )
 
 
-async def _queue_url(sqs: Any, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
+async def _queue_url(sqs: SQSClient, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
     """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
     log = structlog.get_logger("jobrelay.relay")
     while not stop.is_set():
