@@ -75,43 +75,47 @@ async def post_webhook(
 
 
 async def drain(
-    aws: AwsEndpoint,
-    queue_url: str,
-    *,
-    expect: int = 0,
-    timeout_s: float = 60.0,
-    shared: list[int] | None = None,
+    aws: AwsEndpoint, queue_url: str, *, expect: int = 0, timeout_s: float = 60.0
 ) -> list[dict[str, Any]]:
-    """Receive and delete messages until the queue is empty and at least `expect` arrived
-    (or `timeout_s` passed: the caller's assertions then report what is missing). Several
-    drains may share one counter (`shared[0]`) to split the work."""
-    messages: list[dict[str, Any]] = []
-    total = shared if shared is not None else [0]
+    """Receive until the queue shows no message and at least `expect` distinct ones arrived
+    (or `timeout_s` passed: the caller's assertions then report what is missing), then delete
+    them. Each message is returned once: SQS (and moto, whose receives are not atomic) may
+    deliver one twice, and a duplicate counted toward `expect` would end the drain early.
+
+    Deletion waits until the receiving is over because moto's `DeleteMessage` rebuilds the
+    queue's message list without the lock `SendMessage` appends under: a message sent while a
+    delete runs is acknowledged to its sender and then dropped. Until then the received
+    messages stay in flight, hidden by the queue's visibility timeout."""
+    received: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout_s
     async with sqs_client(aws) as sqs:
         empty_receives = 0
         while time.monotonic() < deadline:
+            enough = len(received) >= expect
             response = await sqs.receive_message(
                 QueueUrl=queue_url,
                 MaxNumberOfMessages=10,
                 MessageAttributeNames=["All"],
-                WaitTimeSeconds=0 if total[0] >= expect else 1,
+                WaitTimeSeconds=0 if enough else 1,
             )
             batch = response.get("Messages", [])
             if not batch:
                 empty_receives += 1
-                if total[0] >= expect and empty_receives >= 2:
+                if enough and empty_receives >= 2:
                     break
                 continue
             empty_receives = 0
-            messages.extend(batch)
-            total[0] += len(batch)
-            await sqs.delete_message_batch(
+            received.update((m["MessageId"], m) for m in batch)
+        messages = list(received.values())
+        for start in range(0, len(messages), 10):
+            chunk = messages[start : start + 10]
+            response = await sqs.delete_message_batch(
                 QueueUrl=queue_url,
                 Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
                 ],
             )
+            assert not response.get("Failed"), response["Failed"]
     return messages
 
 
