@@ -102,3 +102,42 @@ def test_the_emulator_reports_the_guards_line_and_does_not_start(
         "jobrelay's emulator clock patch: moto.sqs.models.unix_time_millis is missing; "
         "install the moto version that requirements.lock pins"
     )
+
+
+# -- the locked delete: a send racing a delete is never dropped -----------------------------
+
+
+class _Queue(sqs_models.Queue):  # a subclass, so patching it leaves moto's class alone
+    pass
+
+
+def test_the_locked_delete_waits_for_the_lock_sends_append_under() -> None:
+    import threading
+
+    moto_server.install_locked_delete(_Queue)
+    moto_server.install_locked_delete(_Queue)  # idempotent: wrapped once
+    assert _Queue.delete_message.jobrelay_locked  # type: ignore[attr-defined]
+    assert sqs_models.Queue.delete_message is not _Queue.delete_message
+    queue = _Queue("q", region="us-east-1", account_id="123456789012")
+    deleted = threading.Event()
+    with queue._messages_lock:  # a send appending right now
+        worker = threading.Thread(
+            target=lambda: (queue.delete_message("already-deleted"), deleted.set())
+        )
+        queue.deleted_messages.add("already-deleted")
+        worker.start()
+        assert not deleted.wait(0.2), "the delete ran while a send held the lock"
+    worker.join(timeout=10)
+    assert deleted.is_set()
+
+
+def test_the_locked_delete_refuses_a_moto_without_the_lock() -> None:
+    class Unlocked:
+        def add_message(self, message: object) -> None:
+            self.messages = [message]
+
+        def delete_message(self, receipt_handle: str) -> None:
+            pass
+
+    with pytest.raises(moto_server.IncompatibleMoto, match="_messages_lock"):
+        moto_server.install_locked_delete(Unlocked)
