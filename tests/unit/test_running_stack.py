@@ -22,7 +22,12 @@ from jobrelay.settings import Settings, load_settings
 @pytest.fixture(autouse=True)
 def _no_explicit_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Settings given in the environment would win over the record; these tests set them."""
-    for name in ("JOBRELAY_API_HOST", "JOBRELAY_API_PORT", "JOBRELAY_AWS_ENDPOINT_URL"):
+    for name in (
+        "JOBRELAY_API_HOST",
+        "JOBRELAY_API_PORT",
+        "JOBRELAY_AWS_ENDPOINT_URL",
+        "JOBRELAY_SQS_WORKER_WEBHOOK_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -45,13 +50,20 @@ def test_the_record_lives_while_the_block_runs(tmp_path: Path) -> None:
         attached = attach_to_running_stack(settings)
         assert (attached.api_host, attached.api_port) == ("127.0.0.1", 8123)
         assert attached.aws_endpoint_url == "http://127.0.0.1:5123"
+        # An SQS worker started alone posts its outcomes to up's API.
+        assert attached.sqs_worker_webhook_url == "http://127.0.0.1:8123/v1/webhooks/worker"
     assert not path.exists()
     assert running_stack(settings) is None
     assert attach_to_running_stack(settings) == settings
 
 
 def test_explicit_settings_win_over_the_record(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, api_port=9000, aws_endpoint_url="http://aws.example:4566")
+    settings = _settings(
+        tmp_path,
+        api_port=9000,
+        aws_endpoint_url="http://aws.example:4566",
+        sqs_worker_webhook_url="http://hooks.example/worker",
+    )
     with recorded(
         settings,
         api_url="http://127.0.0.1:8123",
@@ -61,6 +73,7 @@ def test_explicit_settings_win_over_the_record(tmp_path: Path) -> None:
         attached = attach_to_running_stack(settings)
     assert attached.api_port == 9000
     assert attached.aws_endpoint_url == "http://aws.example:4566"
+    assert attached.sqs_worker_webhook_url == "http://hooks.example/worker"
 
 
 def test_a_record_left_by_a_killed_up_is_ignored(tmp_path: Path) -> None:

@@ -4,14 +4,22 @@ Route modules declare what they need with the `Annotated` aliases below:
 
     async def get_batch(batch_id: str, caller: CallerDep, services: ServicesDep): ...
     async def create(scope: ProjectScopeDep, ...): ...   # path has {projectId}
+    async def cancel(batch_id: BatchIdDep, ...): ...      # path has {batchId}
     async def enqueue(admin: AdminDep, ...): ...          # jobs endpoints
 
 Every failure is a domain error that `api.problems` renders as problem+json: no token or a
-bad one is 401, a missing role is 403, a project the caller cannot see is 404.
+bad one is 401, a missing role is 403, a project or a resource the caller cannot see is 404.
+
+A resource reached by its own id (batch, Page Import, Code2Des, Code2WF) is authorized in one
+place, `owned_by_caller`: its organization is loaded, the caller must be a member of it, and
+otherwise the answer is the same `NotFound` as for an id that does not exist. Routes take the
+id through the `...IdDep` aliases, so no route can reach such a resource unchecked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -20,7 +28,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from jobrelay.auth.tenancy import ProjectScope
 from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
-from jobrelay.domain.errors import Forbidden, Unauthenticated
+from jobrelay.domain.errors import Forbidden, NotFound, Unauthenticated
+from jobrelay.protocol import ChildKind
 
 _bearer = HTTPBearer(auto_error=False, description="A Cognito (or local issuer) JWT")
 
@@ -70,3 +79,69 @@ async def project_scope(
 
 
 ProjectScopeDep = Annotated[ProjectScope, Depends(project_scope)]
+
+
+async def owned_by_caller(
+    caller: Caller,
+    services: Services,
+    noun: str,
+    organization_of: Callable[[str], Awaitable[int]],
+    resource_id: str,
+) -> None:
+    """Pass when the caller is a member of the organization owning a resource; else
+    `NotFound("<noun> not found")`, the same answer as for a missing or deleted resource so
+    that responses never reveal what exists in other organizations.
+
+    `organization_of(resource_id)` is the resource's owner lookup; it raises `NotFound` itself
+    when the row does not exist (or is soft deleted).
+    """
+    try:
+        organization_id = await organization_of(resource_id)
+    except NotFound:
+        raise NotFound(f"{noun} not found") from None
+    if not await services.tenancy.is_member(caller.sub, organization_id):
+        raise NotFound(f"{noun} not found")
+
+
+async def visible_batch_id(
+    caller: CallerDep,
+    services: ServicesDep,
+    batch_id: Annotated[str, Path(alias="batchId", min_length=1, max_length=255)],
+) -> str:
+    """The `{batchId}` of the path, when the caller may see that batch (else 404)."""
+    await owned_by_caller(caller, services, "batch", services.batches.owner, batch_id)
+    return batch_id
+
+
+def _visible_child_id(kind: ChildKind) -> Callable[..., Awaitable[str]]:
+    async def visible_child_id(
+        caller: CallerDep,
+        services: ServicesDep,
+        child_id: Annotated[str, Path(alias="id", min_length=1, max_length=255)],
+    ) -> str:
+        """The `{id}` of a child's path, when the caller may see that child (else 404)."""
+        owner = partial(services.children.owner, kind)
+        await owned_by_caller(caller, services, kind, owner, child_id)
+        return child_id
+
+    return visible_child_id
+
+
+visible_page_import_id = _visible_child_id("page_import")
+visible_code2des_id = _visible_child_id("code2des")
+
+
+async def visible_code2wf_id(
+    caller: CallerDep,
+    services: ServicesDep,
+    code2wf_id: Annotated[str, Path(alias="code2wfId", min_length=1, max_length=255)],
+) -> str:
+    """The `{code2wfId}` of the path, when the caller may see that generation (else 404)."""
+    await owned_by_caller(caller, services, "code2wf", services.code2wf.owner, code2wf_id)
+    return code2wf_id
+
+
+BatchIdDep = Annotated[str, Depends(visible_batch_id)]
+PageImportIdDep = Annotated[str, Depends(visible_page_import_id)]
+Code2DesIdDep = Annotated[str, Depends(visible_code2des_id)]
+Code2WfIdDep = Annotated[str, Depends(visible_code2wf_id)]

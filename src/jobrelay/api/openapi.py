@@ -1,5 +1,6 @@
-"""The OpenAPI document as the API really answers: every error is problem+json, and the
-body of `POST /v1/jobs` is a union of the registry's job types.
+"""The OpenAPI document as the API really answers: every error is problem+json, the body
+of `POST /v1/jobs` is a union of the registry's job types, and the body of a batch creation
+a union of the batch types with their item models.
 
 FastAPI documents its own 422 body (`HTTPValidationError`) and no 401; jobrelay answers
 every error with RFC 9457 problem details. The jobs route validates payloads through the
@@ -17,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from jobrelay.api.problems import PROBLEM_JSON
+from jobrelay.batches.creation import ITEM_MODELS
 from jobrelay.jobs.registry import Registry
 
 
@@ -58,6 +60,7 @@ def install_openapi(app: FastAPI, registry: Registry) -> None:
             )
             _document_problems(schema)
             _document_job_types(schema, registry)
+            _document_batch_items(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -121,3 +124,39 @@ def _document_job_types(schema: dict[str, Any], registry: Registry) -> None:
         "discriminator": {"propertyName": "type", "mapping": mapping},
     }
     operation["requestBody"]["content"]["application/json"]["schema"] = body
+
+
+BATCHES_PATH = "/v1/projects/{projectId}/batches"
+
+
+def _document_batch_items(schema: dict[str, Any]) -> None:
+    """A batch creation takes one of `CreateBatch.<type>`: `type` fixed and `items` that
+    type's item model (`BatchItem.<type>`), instead of the loose `CreateBatch`. The route
+    still validates items itself, so a bad item keeps its `items.<position>.<field>` path
+    and every failing position is reported at once."""
+    operation = schema.get("paths", {}).get(BATCHES_PATH, {}).get("post")
+    if operation is None:
+        return
+    components = schema["components"]["schemas"]
+    loose = components.pop("CreateBatch")
+    mapping: dict[str, str] = {}
+    for batch_type, model in ITEM_MODELS.items():
+        item = model.model_json_schema(by_alias=True, ref_template=_REF)
+        components.update(item.pop("$defs", {}))
+        item_name = f"BatchItem.{batch_type}"
+        components[item_name] = {**item, "title": item_name}
+        name = f"CreateBatch.{batch_type}"
+        items = {**loose["properties"]["items"], "items": {"$ref": _REF.format(model=item_name)}}
+        components[name] = {
+            "title": name,
+            "description": loose.get("description", ""),
+            "type": "object",
+            "properties": {"type": {"const": batch_type}, "items": items},
+            "required": ["type", "items"],
+            "additionalProperties": False,
+        }
+        mapping[batch_type] = _REF.format(model=name)
+    operation["requestBody"]["content"]["application/json"]["schema"] = {
+        "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        "discriminator": {"propertyName": "type", "mapping": mapping},
+    }

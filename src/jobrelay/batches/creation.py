@@ -30,6 +30,12 @@ _SQL = Queries("jobrelay.batches")
 
 BatchType = Literal["page_import", "code2des"]
 BATCH_TYPES: tuple[str, ...] = get_args(BatchType)
+# The request model of each batch type's items: what is validated here and what the OpenAPI
+# document shows for the items of each type.
+ITEM_MODELS: dict[str, type[BaseModel]] = {
+    "page_import": PageImportRequest,
+    "code2des": Code2DesRequest,
+}
 MAX_REPORTED_ERRORS = 1000
 # Bytes the relay adds to every message as attributes (`dispatch_attempt`); SQS counts them
 # against the same limit, so the body may use the queue's limit minus this allowance.
@@ -98,9 +104,7 @@ def prepare_batch(
             [FieldError("items", f"has {len(items)} items; the limit is {limits.max_items}")],
         )
     batch_id = new_id()
-    request_model: type[BaseModel] = (
-        PageImportRequest if batch_type == "page_import" else Code2DesRequest
-    )
+    request_model = ITEM_MODELS[batch_type]
     prepared: list[PreparedItem] = []
     errors: list[FieldError] = []
     for position, raw in enumerate(items):

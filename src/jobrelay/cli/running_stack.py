@@ -1,10 +1,17 @@
 """Where a running `jobrelay up` serves, recorded beside its pid file.
 
 `up` writes `data_dir/up.json` (its pid, API URL and SQS/S3 endpoint) once it knows them and
-removes it on exit. One-shot commands (`demo`, `doctor`, `admin`, `ops`, …) load their settings
-with `load_cli_settings()`: while that `up` is alive they talk to its API and its emulator,
-whatever port it chose, the way `bootstrap.database()` attaches to its PostgreSQL via `up.pid`.
-A setting given explicitly (environment or `.env`) still wins: it is what the user asked for.
+removes it on exit. One-shot commands (`demo`, `doctor`, `admin`, `ops`, `jobs …`) load their
+settings with `load_cli_settings()`: while that `up` is alive they talk to its API and its
+emulator, whatever port it chose, the way `bootstrap.database()` attaches to its PostgreSQL via
+`up.pid`. A setting given explicitly (environment, `.env` or a command option) still wins: it is
+what the user asked for.
+
+The long-running parts started alone beside an `up` (`worker`, `relay`, `sqs-worker`) attach
+too. They already share its PostgreSQL through `up.pid`, so their queue must be its emulator:
+a relay claiming up's outbox but sending elsewhere (with no endpoint set, to real AWS) would
+take messages away from up's workers, and an SQS worker must read that queue and post its
+outcomes to up's API. Without a live `up` in the data directory nothing changes.
 """
 
 from __future__ import annotations
@@ -94,6 +101,8 @@ def attach_to_running_stack(settings: Settings) -> Settings:
         update["api_port"] = api.port
     if "aws_endpoint_url" not in explicit and stack.aws_endpoint_url:
         update["aws_endpoint_url"] = stack.aws_endpoint_url
+    if "sqs_worker_webhook_url" not in explicit:
+        update["sqs_worker_webhook_url"] = f"{stack.api_url}/v1/webhooks/worker"
     return settings.model_copy(update=update)
 
 

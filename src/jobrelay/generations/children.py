@@ -124,6 +124,10 @@ class ChildService:
     def __init__(self, pool: AsyncConnectionPool[Connection]) -> None:
         self._pool = pool
 
+    async def owner(self, kind: ChildKind, child_id: str) -> int:
+        """The organization of a visible child, or `NotFound`."""
+        return int(str((await self.get(kind, child_id))["organization_id"]))
+
     async def get(self, kind: ChildKind, child_id: str) -> dict[str, Any]:
         lifecycle = LIFECYCLES.get(kind)
         if lifecycle is None:

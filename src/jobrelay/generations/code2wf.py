@@ -45,19 +45,23 @@ class NewGeneration:
 
 
 class Code2WfService:
-    """Code2WF reads and writes; the API checks the caller's scope through `Tenancy`."""
+    """Code2WF reads and writes. Who may act is decided before: creation and discovery take
+    an already checked `ProjectScope`, and the API authorizes a generation reached by its id
+    (`jobrelay.api.deps.owned_by_caller`)."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool[Connection],
         jobs: JobsService,
-        tenancy: Tenancy,
+        tenancy: Tenancy | None = None,
         *,
         failpoint: Failpoint | None = None,
     ) -> None:
+        # `tenancy` is no longer used; it stays accepted while bootstrap (being split into a
+        # package) still passes it. Remove it together with that argument.
+        del tenancy
         self._pool = pool
         self._jobs = jobs
-        self._tenancy = tenancy
         self._failpoint = failpoint
 
     async def create(
@@ -98,13 +102,15 @@ class Code2WfService:
             )
         return dict(row)
 
-    async def get(self, code2wf_id: str, *, subject: str) -> dict[str, Any]:
-        """The generation, when the caller belongs to its organization (else `NotFound`)."""
+    async def owner(self, code2wf_id: str) -> int:
+        """The organization of a visible generation, or `NotFound`."""
+        return int(str((await self.get(code2wf_id))["organization_id"]))
+
+    async def get(self, code2wf_id: str) -> dict[str, Any]:
+        """The generation, or `NotFound` when it does not exist or was deleted."""
         async with self._pool.connection() as conn:
             row = await (await conn.execute(_SQL.code2wf_get, {"id": code2wf_id})).fetchone()
-        if row is None or not await self._tenancy.is_member(
-            subject, int(str(row["organization_id"]))
-        ):
+        if row is None:
             raise NotFound("code2wf not found")
         return dict(row)
 
@@ -135,22 +141,22 @@ class Code2WfService:
         page = [dict(r) for r in rows[:limit]]
         return page, (str(page[-1]["id"]) if len(rows) > limit else None)
 
-    async def materialize(self, code2wf_id: str, *, subject: str) -> dict[str, Any]:
+    async def materialize(self, code2wf_id: str, *, actor: str) -> dict[str, Any]:
         """Record placement once (a repeat returns the same row); 409 unless completed."""
-        row = await self.get(code2wf_id, subject=subject)
+        row = await self.get(code2wf_id)
         if row["status"] != ChildStatus.COMPLETED.value:
             raise Conflict("only a completed generation can be materialized")
         if row["materialized_at"] is None:
             async with transaction(self._pool) as conn:
-                await conn.execute(_SQL.code2wf_materialize, {"id": code2wf_id, "actor": subject})
-            row = await self.get(code2wf_id, subject=subject)
+                await conn.execute(_SQL.code2wf_materialize, {"id": code2wf_id, "actor": actor})
+            row = await self.get(code2wf_id)
         return row
 
-    async def delete(self, code2wf_id: str, *, subject: str) -> None:
+    async def delete(self, code2wf_id: str, *, actor: str) -> None:
         """Soft delete: hidden from reads and discovery from now on."""
-        await self.get(code2wf_id, subject=subject)
+        await self.get(code2wf_id)
         async with transaction(self._pool) as conn:
-            await conn.execute(_SQL.code2wf_soft_delete, {"id": code2wf_id, "actor": subject})
+            await conn.execute(_SQL.code2wf_soft_delete, {"id": code2wf_id, "actor": actor})
 
 
 async def fail_orphaned_generations(pool: AsyncConnectionPool[Connection]) -> list[str]:

@@ -5,19 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
+from jobrelay.api.deps import BatchIdDep, CallerDep, ProjectScopeDep, ServicesDep
 from jobrelay.api.schemas import ApiModel, BatchStatusCode, ItemStateName
-from jobrelay.auth.tokens import Caller
 from jobrelay.batches.service import BatchView, ItemPage
-from jobrelay.bootstrap import Services
-from jobrelay.domain.errors import NotFound
 
 router = APIRouter(prefix="/v1", tags=["batches"])
 
-BatchId = Annotated[str, Path(alias="batchId", min_length=1, max_length=255)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "No such batch, or not visible to the caller"}
 }
@@ -112,12 +108,6 @@ class Items(ApiModel):
         )
 
 
-async def _visible(services: Services, caller: Caller, batch_id: str) -> None:
-    organization_id = await services.batches.owner(batch_id)
-    if not await services.tenancy.is_member(caller.sub, organization_id):
-        raise NotFound("batch not found")
-
-
 @router.post(
     "/projects/{projectId}/batches",
     status_code=201,
@@ -149,8 +139,7 @@ async def create_batch(
     summary="A batch with its derived status code and item counts",
     responses=NOT_FOUND,
 )
-async def get_batch(batch_id: BatchId, caller: CallerDep, services: ServicesDep) -> Batch:
-    await _visible(services, caller, batch_id)
+async def get_batch(batch_id: BatchIdDep, services: ServicesDep) -> Batch:
     return Batch.of(await services.batches.get(batch_id))
 
 
@@ -162,13 +151,11 @@ async def get_batch(batch_id: BatchId, caller: CallerDep, services: ServicesDep)
     responses=NOT_FOUND,
 )
 async def list_items(
-    batch_id: BatchId,
-    caller: CallerDep,
+    batch_id: BatchIdDep,
     services: ServicesDep,
     after: Annotated[int, Query(ge=-1, description="Last position of the previous page")] = -1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Items:
-    await _visible(services, caller, batch_id)
     return Items.of(await services.batches.items(batch_id, after=after, limit=limit))
 
 
@@ -179,8 +166,7 @@ async def list_items(
     summary="Cancel a processing batch (idempotent); undispatched items are never sent",
     responses={**NOT_FOUND, 409: {"description": "The batch already completed or failed"}},
 )
-async def cancel_batch(batch_id: BatchId, caller: CallerDep, services: ServicesDep) -> Batch:
-    await _visible(services, caller, batch_id)
+async def cancel_batch(batch_id: BatchIdDep, caller: CallerDep, services: ServicesDep) -> Batch:
     return Batch.of(await services.batches.cancel(batch_id, actor=caller.sub))
 
 
@@ -190,7 +176,6 @@ async def cancel_batch(batch_id: BatchId, caller: CallerDep, services: ServicesD
     summary="Soft delete a batch: it disappears and nothing more of it is dispatched",
     responses=NOT_FOUND,
 )
-async def delete_batch(batch_id: BatchId, caller: CallerDep, services: ServicesDep) -> Response:
-    await _visible(services, caller, batch_id)
+async def delete_batch(batch_id: BatchIdDep, caller: CallerDep, services: ServicesDep) -> Response:
     await services.batches.delete(batch_id, actor=caller.sub)
     return Response(status_code=204)

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 
-from jobrelay.api.deps import CallerDep, ServicesDep
+from jobrelay.api.deps import Code2DesIdDep, PageImportIdDep, ServicesDep
 from jobrelay.api.schemas import ApiModel, ChildStatusCode
-from jobrelay.bootstrap import Services
-from jobrelay.domain.errors import NotFound
-from jobrelay.protocol import ChildKind
 
 router = APIRouter(prefix="/v1", tags=["children"])
-
-ChildId = Annotated[str, Path(alias="id", min_length=1, max_length=255)]
 
 
 class Child(ApiModel):
@@ -41,13 +36,6 @@ class Code2Des(Child):
     pass
 
 
-async def _visible(services: Services, caller_sub: str, kind: ChildKind, child_id: str) -> Any:
-    row = await services.children.get(kind, child_id)
-    if not await services.tenancy.is_member(caller_sub, int(row["organization_id"])):
-        raise NotFound(f"{kind} not found")
-    return row
-
-
 @router.get(
     "/page-imports/{id}",
     response_model=PageImport,
@@ -55,8 +43,8 @@ async def _visible(services: Services, caller_sub: str, kind: ChildKind, child_i
     summary="A Page Import: status '0' processing, '1' completed, '2' failed, '3' cancelled",
     responses={404: {"description": "No such Page Import, or not visible to the caller"}},
 )
-async def get_page_import(child_id: ChildId, caller: CallerDep, services: ServicesDep) -> Any:
-    return PageImport.model_validate(await _visible(services, caller.sub, "page_import", child_id))
+async def get_page_import(child_id: PageImportIdDep, services: ServicesDep) -> Any:
+    return PageImport.model_validate(await services.children.get("page_import", child_id))
 
 
 @router.get(
@@ -66,5 +54,5 @@ async def get_page_import(child_id: ChildId, caller: CallerDep, services: Servic
     summary="A Code2Des: status '0' processing, '1' completed, '2' failed, '3' cancelled",
     responses={404: {"description": "No such Code2Des, or not visible to the caller"}},
 )
-async def get_code2des(child_id: ChildId, caller: CallerDep, services: ServicesDep) -> Any:
-    return Code2Des.model_validate(await _visible(services, caller.sub, "code2des", child_id))
+async def get_code2des(child_id: Code2DesIdDep, services: ServicesDep) -> Any:
+    return Code2Des.model_validate(await services.children.get("code2des", child_id))

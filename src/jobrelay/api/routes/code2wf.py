@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from jobrelay.api.deps import CallerDep, ProjectScopeDep, ServicesDep
+from jobrelay.api.deps import CallerDep, Code2WfIdDep, ProjectScopeDep, ServicesDep
 from jobrelay.api.schemas import (
     GENERATION_STATUS,
     ApiModel,
@@ -22,7 +22,6 @@ from jobrelay.generations.code2wf import PAGE_SIZE_MAX, NewGeneration
 
 router = APIRouter(prefix="/v1", tags=["code2wf"])
 
-Code2WfId = Annotated[str, Path(alias="code2wfId", min_length=1, max_length=255)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "No such generation, or not visible to the caller"}
 }
@@ -121,8 +120,8 @@ async def discover_code2wf(
     summary="One generation",
     responses=NOT_FOUND,
 )
-async def get_code2wf(code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep) -> Code2Wf:
-    return Code2Wf.of(await services.code2wf.get(code2wf_id, subject=caller.sub))
+async def get_code2wf(code2wf_id: Code2WfIdDep, services: ServicesDep) -> Code2Wf:
+    return Code2Wf.of(await services.code2wf.get(code2wf_id))
 
 
 @router.get(
@@ -135,10 +134,8 @@ async def get_code2wf(code2wf_id: Code2WfId, caller: CallerDep, services: Servic
     },
     response_class=JSONResponse,
 )
-async def get_code2wf_result(
-    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
-) -> Response:
-    row = await services.code2wf.get(code2wf_id, subject=caller.sub)
+async def get_code2wf_result(code2wf_id: Code2WfIdDep, services: ServicesDep) -> Response:
+    row = await services.code2wf.get(code2wf_id)
     if not row["result_url"]:
         if row["status"] == "0":
             raise Conflict("the generation is still processing")
@@ -155,9 +152,9 @@ async def get_code2wf_result(
     responses={**NOT_FOUND, 409: {"description": "The generation has not completed"}},
 )
 async def materialize_code2wf(
-    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
+    code2wf_id: Code2WfIdDep, caller: CallerDep, services: ServicesDep
 ) -> Code2Wf:
-    return Code2Wf.of(await services.code2wf.materialize(code2wf_id, subject=caller.sub))
+    return Code2Wf.of(await services.code2wf.materialize(code2wf_id, actor=caller.sub))
 
 
 @router.delete(
@@ -167,7 +164,7 @@ async def materialize_code2wf(
     responses=NOT_FOUND,
 )
 async def delete_code2wf(
-    code2wf_id: Code2WfId, caller: CallerDep, services: ServicesDep
+    code2wf_id: Code2WfIdDep, caller: CallerDep, services: ServicesDep
 ) -> Response:
-    await services.code2wf.delete(code2wf_id, subject=caller.sub)
+    await services.code2wf.delete(code2wf_id, actor=caller.sub)
     return Response(status_code=204)

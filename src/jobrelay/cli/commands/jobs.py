@@ -28,10 +28,11 @@ from jobrelay.bootstrap import (
     worker_config,
 )
 from jobrelay.cli.options import APP_OPTION, with_apps
+from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
-from jobrelay.settings import Settings, load_settings
+from jobrelay.settings import Settings
 
 console = Console()
 jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
@@ -69,7 +70,7 @@ def worker_command(
             f"invalid --concurrency {concurrency}: must be >= 1",
             [FieldError("--concurrency", "must be >= 1")],
         )
-    settings = with_apps(load_settings(), app)
+    settings = with_apps(load_cli_settings(), app)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -112,7 +113,7 @@ async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> Non
 
 
 def _with_services(action: Callable[[Services], Awaitable[T]], apps: list[str] | None = None) -> T:
-    settings = with_apps(load_settings(), apps)
+    settings = with_apps(load_cli_settings(), apps)
     with database(settings) as dsn:
 
         async def run() -> T:

@@ -9,7 +9,8 @@ import signal
 import typer
 
 from jobrelay.bootstrap import aws_endpoint, database, run_relay
-from jobrelay.settings import Settings, load_settings
+from jobrelay.cli.running_stack import load_cli_settings
+from jobrelay.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +27,7 @@ def relay_command(
     Any number of relays may run side by side. SIGINT or SIGTERM stops claiming; sends in
     flight finish and are recorded before the process exits.
     """
-    settings = load_settings()
+    settings = load_cli_settings()
     if metrics_port is not None:
         settings = settings.model_copy(update={"relay_metrics_port": metrics_port})
     with database(settings) as dsn:

@@ -13,8 +13,9 @@ import signal
 import typer
 
 from jobrelay.bootstrap import run_sqs_worker
+from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.logs import configure_logging
-from jobrelay.settings import Settings, load_settings
+from jobrelay.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def sqs_worker_command(
         overrides["sqs_worker_concurrency"] = concurrency
     if webhook_url is not None:
         overrides["sqs_worker_webhook_url"] = webhook_url
-    settings = load_settings(**overrides)
+    settings = load_cli_settings(**overrides)
     configure_logging(settings)
     asyncio.run(_run(settings))
 
