@@ -19,7 +19,7 @@ from tests.jobs_support import enqueue_sync, query, start_worker, stop_worker
     ("args", "env", "named"),
     [
         (["--slots", "ai=two"], {}, "ai=two"),
-        (["--slots", "gpu=2"], {}, "gpu"),
+        (["--slots", "GPU=2"], {}, "invalid concurrency class 'GPU'"),
         (["--slots", "ai=0,default=0"], {}, "ai=0,default=0"),
         (["--slots", "ai"], {}, "'ai'"),
         ([], {"JOBRELAY_JOBS_GLOBAL_CAPS": "ai=0"}, "ai=0"),

@@ -145,9 +145,7 @@ async def test_a_failure_after_the_insert_leaves_neither_row_nor_job(api: ApiHar
     async def explode(code2wf_id: str) -> None:
         raise RuntimeError(f"injected after inserting {code2wf_id}")
 
-    service = Code2WfService(
-        api.services.pool, api.services.jobs, api.services.tenancy, failpoint=explode
-    )
+    service = Code2WfService(api.services.pool, api.services.jobs, failpoint=explode)
 
     with pytest.raises(RuntimeError, match="injected"):
         await service.create(

@@ -100,7 +100,7 @@ async def build_services(
             batches=BatchService(pool, batch_limits(settings)),
             children=ChildService(pool),
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
-            code2wf=Code2WfService(pool, jobs, tenancy),
+            code2wf=Code2WfService(pool, jobs),
             local_issuer=issuer,
         )
     finally:

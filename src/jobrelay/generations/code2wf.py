@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.auth.tenancy import ProjectScope, Tenancy
+from jobrelay.auth.tenancy import ProjectScope
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import ChildStatus
@@ -53,13 +53,9 @@ class Code2WfService:
         self,
         pool: AsyncConnectionPool[Connection],
         jobs: JobsService,
-        tenancy: Tenancy | None = None,
         *,
         failpoint: Failpoint | None = None,
     ) -> None:
-        # `tenancy` is no longer used; it stays accepted while bootstrap (being split into a
-        # package) still passes it. Remove it together with that argument.
-        del tenancy
         self._pool = pool
         self._jobs = jobs
         self._failpoint = failpoint
