@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _install_commands(venv: Path) -> list[str]:
     """The commands `make` would run for a fresh install into `venv` (dry run, -B forces it)."""
     result = subprocess.run(
-        ["make", "-n", "-B", "install", f"VENV={venv}"],
+        # --no-print-directory: under `make test` this make is a sub-make, which would add
+        # "Entering/Leaving directory" lines around the commands.
+        ["make", "--no-print-directory", "-n", "-B", "install", f"VENV={venv}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
