@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.bootstrap import product_job_types
+from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
@@ -87,6 +88,20 @@ async def eventually(
             return last
         await asyncio.sleep(0.02)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+async def kill_and_await_reconnect(
+    pool: AsyncConnectionPool[Connection], listener: NotifyListener
+) -> None:
+    """Terminate the backend of a `NotifyListener` and wait until it listens on another."""
+    pid = listener.backend_pid
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    async def reconnected() -> bool:
+        return bool(listener.connected and listener.backend_pid != pid)
+
+    await eventually(reconnected, what="the listener to reconnect")
 
 
 @asynccontextmanager

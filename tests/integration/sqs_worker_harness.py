@@ -56,6 +56,7 @@ class Receiver:
         self.unverified = 0
         self.script: deque[int] = deque()
         self.always: int | None = None
+        self.webhook_headers: dict[str, str] = {}  # sent with every webhook answer
         self.ended: dict[str, dict[str, Any]] = {}
         self.pages: dict[str, Page] = {}
         self.page_requests: Counter[str] = Counter()
@@ -127,7 +128,7 @@ class Receiver:
                     self._send(404, b"")
                     return
                 status = receiver._answer_webhook(dict(self.headers.items()), body)
-                self._send(status, b"{}", "application/json")
+                self._send(status, b"{}", "application/json", receiver.webhook_headers)
 
             def do_GET(self) -> None:
                 name = self.path.removeprefix("/pages/")

@@ -13,6 +13,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+from structlog.testing import capture_logs
 
 from jobrelay.aws.clients import AwsEndpoint, sqs_client
 from jobrelay.aws.emulator import free_port
@@ -28,6 +29,7 @@ from jobrelay.batches.relay import (
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources
+from tests.jobs_support import eventually, kill_and_await_reconnect
 
 FAST = RelayConfig(lease_s=30, claim_size=50, retry_delay_s=0, poll_interval_s=0.05)
 
@@ -275,6 +277,48 @@ async def test_cancel_while_the_relay_runs(
     assert response.status_code == 200
     assert response.json()["status"] == "3"
     assert (await _status(api, batch["id"]))["counts"]["cancelled"] == 600
+
+
+async def test_a_relay_whose_listener_was_killed_reconnects_and_is_woken_again(
+    api: ApiHarness,
+    db_dsn: str,
+    pool: AsyncConnectionPool[Connection],
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+) -> None:
+    # The relay never polls here: only its listener can make it claim the batch.
+    queue = aws_resources.queues.work
+    scope = await api.tenant("alice")
+    stop = asyncio.Event()
+    async with sqs_client(aws) as sqs:
+        relay = Relay(
+            pool=pool, sender=SqsSender(sqs, queue), config=RelayConfig(poll_interval_s=3600)
+        )
+        listener = relay.listener
+        assert listener is not None
+        with capture_logs() as logs:
+            running = asyncio.create_task(relay.run(stop))
+            try:
+                await eventually(lambda: _true(listener.connected), what="LISTEN")
+                await kill_and_await_reconnect(pool, listener)
+                batch = await create_batch(api, scope, page_items(3))
+                await eventually(
+                    lambda: _true(all(r["dispatched_at"] for r in _items(db_dsn, batch["id"]))),
+                    what="the batch sent after a notification",
+                )
+            finally:
+                stop.set()
+                await running
+    assert len(await drain(aws, queue, expect=3)) == 3
+    changes = [
+        e["event"] for e in logs if e.get("loop") == "relay-listener" and e["log_level"] != "debug"
+    ]
+    assert changes == ["loop.failing", "loop.recovered"]
+    assert not listener.running and not relay.sweeper.running
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 def test_chunks_respect_ten_entries_and_the_byte_limit() -> None:

@@ -18,29 +18,31 @@ Contract (DESIGN.md section 4, seed 000):
   record leaves the item to be sent again when its lease expires. Workers and the webhook
   are idempotent on the child id.
 
-The loop is woken by `NOTIFY jobrelay_batch_items` (sent by batch creation) and polls every
-`poll_interval_s` otherwise (lease expiries, retries, missed notifications).
+The loop is woken by `NOTIFY jobrelay_batch_items` (sent by batch creation; received by the
+`db.listen.NotifyListener` the jobs worker uses too, which also wakes the relay after each
+reconnect) and polls every `poll_interval_s` otherwise (lease expiries, retries, missed
+notifications). The sweep runs every `poll_interval_s` as a `jobrelay.loops.Periodic`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-import psycopg
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
 from jobrelay.batches.service import retry_on_deadlock
+from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
+from jobrelay.loops import LOOP_BACKOFF, Health, Periodic
 
 if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
@@ -211,6 +213,25 @@ class Relay:
         self._in_flight = asyncio.Semaphore(self._config.max_in_flight)
         self._wakeup = asyncio.Event()
         self._generation = 0
+        # Workers' passes share one health: a database or SQS outage is one line when the
+        # passes start failing and one when they succeed again, however many workers run.
+        self._passes = Health("relay-pass", backoff=LOOP_BACKOFF)
+        self.sweeper = Periodic(
+            name="relay-sweeper", interval_s=self._config.poll_interval_s, run=self.sweep
+        )
+        # A pool with computed connection strings has none to LISTEN with: poll only.
+        conninfo = pool.conninfo
+        self.listener = (
+            NotifyListener(
+                conninfo=conninfo,
+                listen=[_SQL.listen_batch_items],
+                notified=self.wake,
+                name="relay-listener",
+                interval_s=self._config.poll_interval_s,
+            )
+            if isinstance(conninfo, str)
+            else None
+        )
 
     # -- one pass -------------------------------------------------------------------------
 
@@ -363,23 +384,19 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         """Run workers, the sweeper and the NOTIFY listener until `stop` is set; passes in
         progress finish (and record) before this returns."""
+        background = [self.sweeper] if self.listener is None else [self.listener, self.sweeper]
+        for loop in background:
+            await loop.start()
         tasks = [
             asyncio.create_task(self._worker(stop), name=f"relay-worker-{i}")
             for i in range(self._config.workers)
-        ]
-        background = [
-            asyncio.create_task(self._listen(stop), name="relay-listener"),
-            asyncio.create_task(self._sweeper(stop), name="relay-sweeper"),
         ]
         log.info("relay.started", workers=self._config.workers, lease_s=self._config.lease_s)
         try:
             await asyncio.gather(*tasks)
         finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            for loop in background:
+                await loop.stop()
             log.info("relay.stopped")
 
     async def _worker(self, stop: asyncio.Event) -> None:
@@ -387,9 +404,11 @@ class Relay:
             generation = self._generation
             try:
                 result = await self.run_once()
-            except Exception:
-                log.exception("relay.pass_failed")
+            except Exception as exc:
+                self._passes.failed(exc)  # the worker idles one poll interval, then retries
                 result = PassResult()
+            else:
+                self._passes.ok()
             if result.claimed < self._config.claim_size and generation == self._generation:
                 await self._idle(stop)
 
@@ -409,31 +428,3 @@ class Relay:
         self._generation += 1
         self._wakeup.set()
         self._wakeup.clear()
-
-    async def _sweeper(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("relay.sweep_failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._config.poll_interval_s)
-
-    async def _listen(self, stop: asyncio.Event) -> None:
-        conninfo = self._pool.conninfo
-        if not isinstance(conninfo, str):
-            return  # a pool with computed connection strings: poll only
-        while not stop.is_set():
-            try:
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-                async with conn:
-                    await conn.execute(_SQL.listen_batch_items)
-                    self.wake()  # anything created while not listening
-                    async for _ in conn.notifies():
-                        self.wake()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("relay.listener_reconnecting", exc_info=True)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self._config.poll_interval_s)

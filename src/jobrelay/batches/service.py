@@ -6,7 +6,7 @@ before acting); everything here works on a batch id that may be shown to the cal
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +28,7 @@ from jobrelay.domain.batch_status import (
     item_state,
 )
 from jobrelay.domain.errors import Conflict, NotFound
+from jobrelay.loops import Backoff, retry
 
 _SQL = Queries("jobrelay.batches")
 T = TypeVar("T")
@@ -73,14 +74,22 @@ async def retry_on_deadlock(work: Callable[[], Awaitable[T]], *, attempts: int =
     Cancel, the relay's terminal failures and webhooks lock items and children in different
     orders; the server detects the rare cycle and aborts one side, which simply retries.
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            return await work()
-        except pg_errors.DeadlockDetected:
-            if attempt == attempts:
-                raise
-            await asyncio.sleep(0.01 * attempt)
-    raise AssertionError("unreachable")
+    return await retry(
+        work,
+        what="a transaction aborted by a deadlock",
+        retry_on=_deadlock,
+        backoff=_DEADLOCK_BACKOFF,
+        attempts=attempts,
+        level=logging.DEBUG,  # expected now and then; the server logs each deadlock already
+    )
+
+
+# Jitter, so the two transactions a deadlock broke do not meet again in lockstep.
+_DEADLOCK_BACKOFF = Backoff(base_s=0.01, cap_s=0.05, jitter=0.5)
+
+
+def _deadlock(exc: BaseException) -> bool:
+    return isinstance(exc, pg_errors.DeadlockDetected)
 
 
 _CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}

@@ -1,10 +1,10 @@
-"""Background loops of the jobs worker, all of one shape (STYLE.md #9).
+"""Background loops of the jobs worker, all of the one shape of `jobrelay.loops.Loop`.
 
 Each loop is built with validated keyword-only arguments (a bad value raises `ValueError`
 naming it), runs as one named task between `start()` and `stop()`, does its work in
 `run_once()` (which tests may also call directly), and logs and continues when an
-iteration fails. `signals` counts iterations, errors and rows acted on, so tests poll
-events instead of sleeping (as River's `TestSignals`).
+iteration fails (one line when it starts failing, one when it recovers). `signals` counts
+iterations, errors and rows acted on, so tests poll events instead of sleeping.
 
 * `LeaseKeeper`: ONE batched heartbeat statement per worker every lease/3 for all its
   running jobs; a job missing from the answer lost its lease and its handler is cancelled.
@@ -12,96 +12,45 @@ events instead of sleeping (as River's `TestSignals`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
 * `Pruner`: deletes finished jobs older than the retention (children with their parent).
-* `SweepLoop`: runs one sweep a part declared (`JobTypes.sweep`), e.g. failing Code2WF
-  generations whose dispatch job ended without dispatching.
-* `NotifyListener`: a dedicated connection LISTENing for enqueue wake-ups; reconnects with
-  backoff, and the worker keeps polling meanwhile.
+* The sweeps a part declared (`JobTypes.sweep`, e.g. failing Code2WF generations whose
+  dispatch job ended without dispatching) each run as a `jobrelay.loops.Periodic`.
+* The LISTEN connection for enqueue wake-ups is `jobrelay.db.listen.NotifyListener` on the
+  `listen_jobs` statement (`LISTEN_JOBS`), the same loop the batch relay uses.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.jobs import claims
 from jobrelay.jobs.models import ClaimedJob
+from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
-_QUERIES = Queries("jobrelay.jobs")
+LISTEN_JOBS = Queries("jobrelay.jobs").listen_jobs  # the channel of enqueue wake-ups
 
 
-@dataclass
-class LoopSignals:
-    """What a loop did so far; tests poll these."""
+class _PoolLoop(Loop):
+    """A loop that runs repair statements on the shared pool, `limit` rows at a time."""
 
-    runs: int = 0
-    errors: int = 0
-    acted: int = 0  # rows acted on (rescued, reconciled, pruned, lost, notifications)
-
-
-def _positive(name: str, value: float) -> float:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
-class Loop:
-    """The shape every background loop shares; subclasses implement `run_once`."""
-
-    name = "loop"
-
-    def __init__(self, *, interval_s: float) -> None:
-        self.interval_s = _positive("interval_s", interval_s)
-        self.signals = LoopSignals()
-        self._task: asyncio.Task[None] | None = None
-
-    async def run_once(self) -> int:
-        """One iteration; returns how many rows (or events) it acted on."""
-        raise NotImplementedError
-
-    async def start(self) -> None:
-        if self._task is not None:
-            raise RuntimeError(f"{self.name} already started")
-        self._task = asyncio.create_task(self._run(), name=f"jobrelay-{self.name}")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                acted = await self.run_once()
-            except Exception:
-                self.signals.errors += 1
-                log.exception("%s failed; retrying in %.2fs", self.name, self.interval_s)
-            else:
-                self.signals.acted += acted
-            self.signals.runs += 1
-            await asyncio.sleep(self.interval_s)
-
-
-class LeaseRescuer(Loop):
-    name = "lease-rescuer"
+    default_limit = 1000
 
     def __init__(
-        self, *, pool: AsyncConnectionPool[Connection], interval_s: float, limit: int = 1000
+        self, *, pool: AsyncConnectionPool[Connection], interval_s: float, limit: int | None = None
     ) -> None:
         super().__init__(interval_s=interval_s)
         self._pool = pool
-        self._limit = int(_positive("limit", limit))
+        self._limit = int(positive("limit", self.default_limit if limit is None else limit))
+
+
+class LeaseRescuer(_PoolLoop):
+    name = "lease-rescuer"
 
     async def run_once(self) -> int:
         async with self._pool.connection() as conn:
@@ -111,15 +60,9 @@ class LeaseRescuer(Loop):
         return len(rescued)
 
 
-class ParentReconciler(Loop):
+class ParentReconciler(_PoolLoop):
     name = "parent-reconciler"
-
-    def __init__(
-        self, *, pool: AsyncConnectionPool[Connection], interval_s: float, limit: int = 500
-    ) -> None:
-        super().__init__(interval_s=interval_s)
-        self._pool = pool
-        self._limit = int(_positive("limit", limit))
+    default_limit = 500
 
     async def run_once(self) -> int:
         async with self._pool.connection() as conn:
@@ -129,30 +72,7 @@ class ParentReconciler(Loop):
         return len(ended)
 
 
-class SweepLoop(Loop):
-    """Runs a declared sweep every `interval_s`; its name is the sweep's."""
-
-    def __init__(
-        self,
-        *,
-        pool: AsyncConnectionPool[Connection],
-        name: str,
-        interval_s: float,
-        run: Callable[[AsyncConnectionPool[Connection]], Awaitable[int]],
-    ) -> None:
-        super().__init__(interval_s=interval_s)
-        self.name = f"sweep-{name}"
-        self._pool = pool
-        self._run_sweep = run
-
-    async def run_once(self) -> int:
-        acted = await self._run_sweep(self._pool)
-        if acted:
-            log.info("%s acted on %d rows", self.name, acted)
-        return acted
-
-
-class Pruner(Loop):
+class Pruner(_PoolLoop):
     name = "pruner"
 
     def __init__(
@@ -161,12 +81,10 @@ class Pruner(Loop):
         pool: AsyncConnectionPool[Connection],
         interval_s: float,
         retention_s: float,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> None:
-        super().__init__(interval_s=interval_s)
-        self._pool = pool
-        self.retention_s = _positive("retention_s", retention_s)
-        self._limit = int(_positive("limit", limit))
+        super().__init__(pool=pool, interval_s=interval_s, limit=limit)
+        self.retention_s = positive("retention_s", retention_s)
 
     async def run_once(self) -> int:
         total = 0
@@ -197,7 +115,7 @@ class LeaseKeeper(Loop):
         held: Callable[[], Sequence[ClaimedJob]],
         lost: Callable[[ClaimedJob], None],
     ) -> None:
-        self.lease_s = _positive("lease_s", lease_s)
+        self.lease_s = positive("lease_s", lease_s)
         super().__init__(interval_s=lease_s / 3)
         self._pool = pool
         self._held = held
@@ -217,33 +135,3 @@ class LeaseKeeper(Loop):
         for job in gone:
             self._lost(job)
         return len(gone)
-
-
-class NotifyListener(Loop):
-    """LISTEN on a dedicated connection; `notified()` runs on each wake-up and once after
-    every (re)connect, so a notification missed while disconnected costs one claim."""
-
-    name = "notify-listener"
-
-    def __init__(self, *, conninfo: str, notified: Callable[[], None], retry_s: float) -> None:
-        super().__init__(interval_s=retry_s)
-        self._conninfo = conninfo
-        self._notified = notified
-        self.connected = False
-        self.backend_pid: int | None = None
-
-    async def run_once(self) -> int:
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-        async with conn:
-            await conn.execute(_QUERIES.listen_jobs)
-            self.connected = True
-            self.backend_pid = conn.info.backend_pid
-            log.debug("listening for job notifications (backend %s)", self.backend_pid)
-            try:
-                self._notified()
-                async for _ in conn.notifies():
-                    self.signals.acted += 1
-                    self._notified()
-            finally:
-                self.connected = False
-        return 0

@@ -1,7 +1,10 @@
 """The jobs worker: claim, run, heartbeat, settle, shut down (DESIGN.md section 3).
 
-One `Worker` per process. Its loops share one shape (validated keyword-only construction,
-`start`/`stop`, named tasks, log-and-continue; see `jobs/maintenance.py`):
+One `Worker` per process. Its loops share one shape (`jobrelay.loops`: validated
+keyword-only construction, `start`/`stop`, named tasks, log-and-continue with a capped
+backoff, one log line when a loop starts failing and one when it recovers). The claim and
+flush loops are hot paths: they keep their own `while` and use the same `Backoff` and
+`Health` rather than the `Loop` class, whose fixed rest between iterations they cannot have.
 
 * `jobrelay-worker-claim`: claims, per concurrency class, as many jobs as that class has
   free slots (one `claim_jobs` statement on a connection that runs only claims, whose
@@ -15,7 +18,9 @@ One `Worker` per process. Its loops share one shape (validated keyword-only cons
   waits for a durable commit.
 * `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
   the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
-* `NotifyListener`, `LeaseRescuer`, `ParentReconciler`, `Pruner`: see `maintenance.py`.
+* `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the claim
+  loop on each notification and after each reconnect.
+* `LeaseRescuer`, `ParentReconciler`, `Pruner`, the declared sweeps: see `maintenance.py`.
 
 Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, let running jobs
 finish for `shutdown_grace_s`, then cancel the rest and release their claims (pending at
@@ -32,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -47,6 +53,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
+from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
@@ -56,22 +63,27 @@ from jobrelay.jobs.claims import Completion, Done
 from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.maintenance import (
+    LISTEN_JOBS,
     LeaseKeeper,
     LeaseRescuer,
-    Loop,
-    NotifyListener,
     ParentReconciler,
     Pruner,
-    SweepLoop,
 )
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.registry import JobContext, JobType, Registry
+from jobrelay.loops import Backoff, Health, Loop, Periodic, retry
 
 log = logging.getLogger("jobrelay.jobs.worker")
 T = TypeVar("T")
 _DEFAULT_POLICY = RetryPolicy()
 _FLUSH_MAX = 1000
+# After failures in a row the claim loop waits 0.2 s, 0.4 s, ... up to 5 s (a listener that
+# reconnects wakes it sooner); the flush loop 0.1 s up to 2 s, since finished jobs wait on it;
+# recording one outcome retries from 50 ms up to 2 s while the database is unreachable.
+_CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
+_FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
+_DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
 _DEFAULT_CONCURRENCY = 10
 
 
@@ -265,11 +277,17 @@ class Worker:
         )
         conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
         self._listen = config.listen and bool(conninfo)
-        self.listener = NotifyListener(conninfo=conninfo, notified=self._more_work, retry_s=1.0)
+        self.listener = NotifyListener(
+            conninfo=conninfo, listen=[LISTEN_JOBS], notified=self._more_work, name="jobs-listener"
+        )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
         self.sweeps = [
-            SweepLoop(pool=pool, name=sweep.name, interval_s=sweep.every_s, run=sweep.run)
+            Periodic(
+                name=f"sweep-{sweep.name}",
+                interval_s=sweep.every_s,
+                run=functools.partial(sweep.run, pool),
+            )
             for sweep in registry.sweeps
         ]
         self.pruner: Pruner | None = None
@@ -379,7 +397,7 @@ class Worker:
         return jobs
 
     async def _claim_loop(self) -> None:
-        errors = 0
+        health = Health("worker-claim", backoff=_CLAIM_BACKOFF)
         while not self._stop_requested.is_set():
             limits, total = self._free()
             if total <= 0:
@@ -398,12 +416,10 @@ class Worker:
                     log.debug("claim lost a race on %s; retrying", exc)
                     await asyncio.sleep(0)
                     continue
-                errors += 1
                 self.stats.errors += 1
-                log.exception("claim failed (%d in a row); retrying", errors)
-                await self._pause(min(5.0, 0.1 * 2 ** min(errors, 6)))
+                await self._pause(health.failed(exc))
                 continue
-            errors = 0
+            health.ok()
             self.stats.claims += 1
             self.stats.claimed += len(jobs)
             got = Counter(job.concurrency_class for job in jobs)
@@ -662,25 +678,20 @@ class Worker:
 
     async def _with_db_retry(self, action: Callable[[], Awaitable[T]]) -> T:
         """Retry `action` while the database is unreachable, for at most one lease."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.lease_s
-        delay = 0.05
-        while True:
-            try:
-                return await action()
-            except psycopg.OperationalError:
-                if loop.time() + delay > deadline:
-                    raise
-                log.warning("database unavailable; retrying in %.2fs", delay, exc_info=True)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return await retry(
+            action,
+            what="recording a job's outcome",
+            retry_on=_unreachable,
+            backoff=_DB_BACKOFF,
+            budget_s=self.config.lease_s,
+        )
 
     # -- batched completions -----------------------------------------------------------
 
     async def _flush_loop(self) -> None:
         """Record finished jobs, durably, on a connection of their own: while one batch
         commits the next accumulates (group commit), and claims never wait for it."""
-        errors = 0
+        health = Health("worker-flush", backoff=_FLUSH_BACKOFF)
         loop = asyncio.get_running_loop()
         give_up_at: float | None = None
         while True:
@@ -691,8 +702,7 @@ class Worker:
                 try:
                     async with self._pool.connection() as conn:
                         settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
-                except Exception:
-                    errors += 1
+                except Exception as exc:
                     self.stats.errors += 1
                     if self._closing and give_up_at is None:
                         give_up_at = loop.time() + self.config.lease_s
@@ -705,11 +715,10 @@ class Worker:
                         )
                         self._done = []
                         return
-                    log.exception("recording %d completions failed; retrying", len(batch))
                     self._done[:0] = batch
-                    await asyncio.sleep(min(2.0, 0.05 * 2 ** min(errors, 6)))
+                    await asyncio.sleep(health.failed(exc))
                     continue
-                errors = 0
+                health.ok()
                 self._count_settled(batch, settled)
                 if any(self._frees_claims(d.job) for d in batch):
                     self._more_work()  # a source or capped slot is free in the database now
@@ -720,6 +729,10 @@ class Worker:
         """Whether recording this job's end can make another job claimable: the next job
         of its source, or a slot of a globally capped class."""
         return job.source_key is not None or job.concurrency_class in self.config.global_caps
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.OperationalError)
 
 
 def _outcome_of(exc: BaseException) -> Retry | Fail:

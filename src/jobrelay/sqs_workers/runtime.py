@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from jobrelay.aws.clients import AwsEndpoint, s3_client, sqs_client
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.loops import Backoff, Health, wait_or_stop
 from jobrelay.protocol import (
     Code2DesMessage,
     Code2WfMessage,
@@ -59,6 +60,7 @@ _ID_FIELDS: dict[str, str] = {
     "code2wf": "code2wf_id",
 }
 _MAX_ERROR = 500
+_RECEIVE_BACKOFF = Backoff(base_s=0.4, cap_s=5.0)  # 0.4 s, 0.8 s, ... 5 s between receives
 AnyMessage = PageImportMessage | Code2DesMessage | Code2WfMessage
 
 
@@ -105,6 +107,8 @@ class SqsWorker:
         self._handlers = handlers if handlers is not None else HANDLERS
         self._inflight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
+        # One line when receiving starts failing (SQS unreachable) and one when it is back.
+        self.receiving = Health("sqs-receive", backoff=_RECEIVE_BACKOFF)
 
     async def run(self, stop: asyncio.Event, abandon: asyncio.Event | None = None) -> None:
         """Work messages until `stop` is set, then drain (see `shutdown_grace_s`)."""
@@ -114,7 +118,6 @@ class SqsWorker:
             concurrency=self.config.concurrency,
             max_receive_count=self.max_receive_count,
         )
-        failures = 0
         try:
             while not stop.is_set():
                 if not await self._wait_for_slot(stop):
@@ -122,12 +125,10 @@ class SqsWorker:
                 free = self.config.concurrency - len(self._inflight)
                 try:
                     messages = await self._receive(min(10, free), stop)
-                    failures = 0
                 except (BotoCoreError, ClientError) as exc:
-                    failures += 1
-                    log.warning("receive failed", error=_describe(exc), failures=failures)
-                    await _wait(stop, min(0.2 * 2**failures, 5.0))
+                    await wait_or_stop(stop, self.receiving.failed(exc))
                     continue
+                self.receiving.ok()
                 for message in messages:
                     task = asyncio.create_task(self._handle(message))
                     self._inflight.add(task)
@@ -379,12 +380,6 @@ async def _first(*awaitables: Awaitable[Any]) -> None:
     finally:
         for task in tasks:
             task.cancel()
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stop.wait()
 
 
 async def _queue_max_receive_count(sqs: SQSClient, queue_url: str) -> int | None:

@@ -8,24 +8,20 @@
   no retry; a human must look (bad secret, wrong URL, contract mismatch).
 - 5xx, 429 and network errors: retried with exponential backoff and jitter (a
   `Retry-After` is honoured within the cap) until the retry budget is spent: gave up.
+  The waits are `jobrelay.loops.retry`'s, which logs each one (`retry.waiting`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import random
-import time
 from dataclasses import dataclass
 from typing import Literal
 
 import httpx
-import structlog
 
+from jobrelay.loops import Backoff, retry
 from jobrelay.protocol import WorkerOutcome
 from jobrelay.webhooks import WebhookSigner
-
-log = structlog.get_logger(__name__)
 
 Verdict = Literal["accepted", "conflict", "rejected", "gave_up"]
 
@@ -62,44 +58,64 @@ class WebhookClient:
         self._signer = signer
         self._timeout = request_timeout_s
         self._budget = retry_budget_s
-        self._base = backoff_base_s
-        self._cap = backoff_cap_s
+        # Half jitter: workers that failed together spread their retries.
+        self._backoff = Backoff(base_s=backoff_base_s, cap_s=backoff_cap_s, jitter=0.5)
 
     async def deliver(self, outcome: WorkerOutcome) -> Delivery:
+        """Post `outcome` until it is answered for good or the retry budget is spent."""
         body = outcome_body(outcome)
         msg_id = webhook_id(body)
-        deadline = time.monotonic() + self._budget
-        attempt = 0
-        while True:
-            attempt += 1
+        tries: list[WebhookUnavailable] = []
+
+        async def post() -> Delivery:
             headers = self._signer.headers(body, webhook_id=msg_id)
             headers["content-type"] = "application/json"
-            retry_after: float | None = None
-            status: int | None = None
+            attempt = len(tries) + 1
             try:
                 response = await self._http.post(
                     self._url, content=body, headers=headers, timeout=self._timeout
                 )
-                status = response.status_code
             except httpx.HTTPError as exc:
-                log.warning("webhook request failed", error=type(exc).__name__, webhook_try=attempt)
-            else:
-                if 200 <= status < 300:
-                    return Delivery("accepted", status, attempt)
-                if status == 409:
-                    return Delivery("conflict", status, attempt)
-                if 400 <= status < 500 and status != 429:
-                    return Delivery("rejected", status, attempt)
-                retry_after = _retry_after(response)
-                log.warning(
-                    "webhook answered a retryable status", status=status, webhook_try=attempt
-                )
-            delay = min(self._cap, self._base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-            if retry_after is not None:
-                delay = max(delay, min(retry_after, self._cap))
-            if time.monotonic() + delay > deadline:
-                return Delivery("gave_up", status, attempt)
-            await asyncio.sleep(delay)
+                tries.append(WebhookUnavailable(None, None, type(exc).__name__))
+                raise tries[-1] from exc
+            status = response.status_code
+            if 200 <= status < 300:
+                return Delivery("accepted", status, attempt)
+            if status == 409:
+                return Delivery("conflict", status, attempt)
+            if 400 <= status < 500 and status != 429:
+                return Delivery("rejected", status, attempt)
+            tries.append(WebhookUnavailable(status, _retry_after(response), f"HTTP {status}"))
+            raise tries[-1]
+
+        try:
+            return await retry(
+                post,
+                what="webhook delivery",
+                retry_on=_is_unavailable,
+                backoff=self._backoff,
+                budget_s=self._budget,
+                delay_hint=_hinted_delay,
+            )
+        except WebhookUnavailable as last:
+            return Delivery("gave_up", last.status, len(tries))
+
+
+class WebhookUnavailable(Exception):
+    """A 5xx, a 429 or a network error: worth another try (after `Retry-After` if given)."""
+
+    def __init__(self, status: int | None, retry_after: float | None, what: str) -> None:
+        super().__init__(what)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, WebhookUnavailable)
+
+
+def _hinted_delay(exc: BaseException) -> float | None:
+    return exc.retry_after if isinstance(exc, WebhookUnavailable) else None
 
 
 def _retry_after(response: httpx.Response) -> float | None:
