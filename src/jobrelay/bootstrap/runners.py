@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING
 
 import prometheus_client
-import structlog
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
 from jobrelay.db.pool import open_pool
+from jobrelay.loops import Backoff, RetryStopped, retry
 from jobrelay.settings import Settings
 from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
 from jobrelay.sqs_workers import WorkerStartupError
@@ -39,16 +39,20 @@ def relay_config(settings: Settings) -> RelayConfig:
 
 async def _queue_url(sqs: SQSClient, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
     """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
-    log = structlog.get_logger("jobrelay.relay")
-    while not stop.is_set():
-        try:
-            response = await sqs.get_queue_url(QueueName=queue_name)
-            return str(response["QueueUrl"])
-        except Exception as exc:
-            log.warning("relay.queue_unavailable", queue=queue_name, error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=retry_s)
-    raise StartupError(f"stopped before the queue {queue_name} was reachable")
+
+    async def resolve() -> str:
+        return str((await sqs.get_queue_url(QueueName=queue_name))["QueueUrl"])
+
+    try:
+        return await retry(
+            resolve,
+            what=f"the queue {queue_name}",
+            retry_on=lambda exc: isinstance(exc, BotoCoreError | ClientError),
+            backoff=Backoff(base_s=min(0.05, retry_s), cap_s=retry_s),
+            stop=stop,
+        )
+    except RetryStopped:
+        raise StartupError(f"stopped before the queue {queue_name} was reachable") from None
 
 
 async def run_relay(
