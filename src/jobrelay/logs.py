@@ -21,6 +21,10 @@ import structlog
 from jobrelay.settings import Settings
 
 # Libraries that are chatty at INFO and say nothing an operator of jobrelay needs.
+# Libraries that warn on every reconnection attempt: during a database outage the pool
+# retries about once a second, and jobrelay's loops already log one line when they start
+# failing and one when they recover.
+_RETRYING_LIBRARIES = ("psycopg.pool",)
 _QUIET_LIBRARIES = (
     "alembic",
     "botocore",
@@ -85,6 +89,8 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
     root.setLevel(level)
     for name in _QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    for name in _RETRYING_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level, logging.ERROR))
 
 
 def _isatty(stream: TextIO) -> bool:

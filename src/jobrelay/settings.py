@@ -103,6 +103,12 @@ class Settings(BaseSettings):
     auth_jwks_refresh_interval_s: float = Field(
         default=30.0, ge=0, description="An unknown kid refetches the JWKS at most this often."
     )
+    api_db_wait_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How long an API request waits for a database connection before it "
+        "answers 503 with Retry-After (a database outage is never a hang).",
+    )
     api_max_body_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Request body cap (larger is a 413)."
     )

@@ -178,3 +178,43 @@ def test_migrate_brings_an_empty_database_to_head(empty_db_dsn: str) -> None:
     assert result.returncode == 0, result.stderr
     match = re.search(r"database at revision (\w+) \(head (\w+)\)", result.stdout)
     assert match is not None and match.group(1) == match.group(2), result.stdout
+
+
+def test_up_starts_its_embedded_postgres_again_when_it_dies(tmp_path: Path) -> None:
+    port = free_port()
+    server = EmbeddedPostgres(tmp_path / "pgdata")
+    up = _start_up(tmp_path, port)
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60, what="`up` to be ready")
+        first_pid = server.running_pid()
+        assert first_pid is not None
+        server.stop(mode="immediate")  # a crash, as the runbook's `pg_ctl ... stop -m immediate`
+        restarted = wait_until(
+            lambda: (pid := server.running_pid()) is not None and pid != first_pid and pid,
+            timeout_s=60,
+            what="`up` to start PostgreSQL again",
+        )
+        wait_until(lambda: _ready(port), timeout_s=60, what="the API ready again")
+        created = run_cli(
+            "admin", "create-org", "after", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path)
+        )
+        assert created.returncode == 0, created.stderr
+    finally:
+        output = _stop(up, signal.SIGINT)
+    assert "embedded PostgreSQL is not running; starting it again" in output
+    assert f"running again (pid {restarted})" in output
+    assert server.running_pid() is None
+
+
+def test_a_plain_pg_ctl_start_uses_the_stacks_socket(tmp_path: Path) -> None:
+    """The runbook's hand restart (`pg_ctl -D <data dir> start`, no options) comes back on
+    the socket every jobrelay command connects to."""
+    server = EmbeddedPostgres(tmp_path / "pgdata")
+    server.start()
+    server.stop(mode="immediate")
+    server._run("pg_ctl", "-D", str(server.pgdata), "-w", "-l", str(server.log_file), "start")
+    try:
+        with psycopg.connect(server.dsn(), connect_timeout=5) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        server.stop()

@@ -8,8 +8,10 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from jobrelay.bootstrap import DatabaseUnavailable
 from jobrelay.domain.errors import (
     Conflict,
     Forbidden,
@@ -20,6 +22,12 @@ from jobrelay.domain.errors import (
 )
 
 PROBLEM_JSON = "application/problem+json"
+# Seconds a client should wait before trying again while the database is unreachable.
+DATABASE_RETRY_AFTER_S = 1
+# The errors of a database that is down, restarting or out of connections: psycopg's
+# connection failures (server gone, connection closed under a request), the pool's wait
+# running out, and jobrelay's own "cannot connect" at the edge.
+DATABASE_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, DatabaseUnavailable)
 PROBLEM_BASE = "https://jobrelay.dev/problems/"
 
 
@@ -96,6 +104,19 @@ def install_problem_handlers(app: FastAPI) -> None:
             "Invalid request",
             "the request contains a value PostgreSQL cannot store (e.g. a NUL character)",
         )
+
+    async def _database_down(_: Request, exc: Exception) -> JSONResponse:
+        response = problem(
+            503,
+            "database-unavailable",
+            "Service unavailable",
+            "the database is unavailable; retry shortly",
+        )
+        response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        return response
+
+    for error in DATABASE_DOWN:
+        app.add_exception_handler(error, _database_down)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -12,7 +12,12 @@ object from here and never construct a pool or a client themselves. One module p
 """
 
 from jobrelay.aws.emulator import EmulatorError
-from jobrelay.bootstrap.database import database, migrate_database
+from jobrelay.bootstrap.database import (
+    database,
+    embedded_pg_ctl,
+    keep_embedded_running,
+    migrate_database,
+)
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import (
     deployment_job_types,
@@ -50,8 +55,10 @@ __all__ = [
     "database",
     "database_report",
     "deployment_job_types",
+    "embedded_pg_ctl",
     "jobs_registry",
     "jobs_service",
+    "keep_embedded_running",
     "local_emulator",
     "local_issuer",
     "migrate_database",

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db import migrate
-from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from jobrelay.db.embedded import (
+    POSTGRES_BIN_PATH,
+    SYSTEM_USER,
+    EmbeddedPostgres,
+    EmbeddedPostgresError,
+)
 from jobrelay.db.pool import check_connection
+from jobrelay.loops import wait_or_stop
 from jobrelay.settings import Settings
 
 
@@ -68,3 +74,41 @@ def _migrate(dsn: str, settings: Settings) -> None:
 def migrate_database(dsn: str) -> None:
     """Bring the database at `dsn` to the newest schema."""
     migrate.upgrade(dsn)
+
+
+async def keep_embedded_running(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    say: Callable[[str], None],
+    interval_s: float = 0.5,
+) -> None:
+    """While `stop` is unset, restart the embedded server of `settings` whenever it is not
+    running (crashed, killed, stopped by hand): `jobrelay up` rides out its own database
+    dying. Raises `StartupError` with one line when it cannot be started again.
+
+    The restarted server listens on the same socket, so every pool reconnects by itself.
+    """
+    server = EmbeddedPostgres(settings.pgdata_dir)
+    while not stop.is_set():
+        if server.running_pid() is None:
+            say("embedded PostgreSQL is not running; starting it again")
+            try:
+                await asyncio.to_thread(server.start)
+            except EmbeddedPostgresError as exc:
+                first = str(exc).strip().splitlines()[0]
+                raise StartupError(
+                    f"the embedded PostgreSQL in {settings.pgdata_dir} stopped and could not "
+                    f"be started again: {first}"
+                ) from exc
+            say(f"embedded PostgreSQL is running again (pid {server.running_pid()})")
+        await wait_or_stop(stop, interval_s)
+
+
+def embedded_pg_ctl(settings: Settings) -> str | None:
+    """The `pg_ctl` command line that controls the embedded server of `settings` by hand
+    (run as the server's system user), or None when `DATABASE_URL` is set."""
+    if settings.database_url:
+        return None
+    pg_ctl = POSTGRES_BIN_PATH / "pg_ctl"
+    return f"runuser -u {SYSTEM_USER} -- {pg_ctl} -D {settings.pgdata_dir}"

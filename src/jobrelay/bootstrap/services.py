@@ -75,14 +75,19 @@ class Services:
 
 @asynccontextmanager
 async def build_services(
-    settings: Settings, dsn: str, endpoint: AwsEndpoint | None = None
+    settings: Settings, dsn: str, endpoint: AwsEndpoint | None = None, *, serves_api: bool = False
 ) -> AsyncIterator[Services]:
-    """Open the pool and clients for one process and close them on exit."""
+    """Open the pool and clients for one process and close them on exit.
+
+    `serves_api`: requests wait at most `JOBRELAY_API_DB_WAIT_S` for a connection (then 503),
+    instead of the connect-timeout-based wait that suits background loops.
+    """
     pool = await open_pool(
         dsn,
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
         timeout_s=settings.db_connect_timeout_s,
+        wait_s=settings.api_db_wait_s if serves_api else None,
     )
     issuer = local_issuer(settings) if settings.auth_mode == "local" else None
     aws = endpoint or aws_endpoint(settings)

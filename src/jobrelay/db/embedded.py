@@ -99,13 +99,8 @@ class EmbeddedPostgres:
                 "-U",
                 SUPERUSER,
             )
-        options = {
-            "listen_addresses": "''",
-            "unix_socket_directories": f"'{self.socket_dir}'",
-            "max_connections": "200",
-            **self.server_options,
-        }
-        option_text = " ".join(f"-c {k}={v}" for k, v in options.items())
+        self._write_cluster_settings()
+        option_text = " ".join(f"-c {k}={v}" for k, v in self.server_options.items())
         try:
             self._run(
                 "pg_ctl",
@@ -131,6 +126,29 @@ class EmbeddedPostgres:
             return
         self._run("pg_ctl", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "60", "stop")
         self.started_here = False
+
+    def _write_cluster_settings(self) -> None:
+        """Keep the stack's settings in the cluster's own configuration (an included
+        `jobrelay.conf`), so a plain `pg_ctl -D <data dir> start` by an operator listens on
+        the socket the stack uses, as a start by jobrelay does."""
+        settings = {
+            "listen_addresses": "''",
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "max_connections": "200",
+        }
+        conf = self.pgdata / "jobrelay.conf"
+        conf.write_text(
+            "# Written by jobrelay at every start of the embedded server; edits are lost.\n"
+            + "".join(f"{name} = {value}\n" for name, value in settings.items())
+        )
+        main = self.pgdata / "postgresql.conf"
+        include = "include_if_exists = 'jobrelay.conf'\n"
+        if include not in main.read_text():
+            with main.open("a") as out:
+                out.write("\n# jobrelay: the stack's socket and limits\n" + include)
+        if os.geteuid() == 0:
+            user = _ensure_system_user()
+            os.chown(conf, user.pw_uid, user.pw_gid)
 
     def _prepare_directories(self) -> None:
         self.pgdata.mkdir(parents=True, exist_ok=True)

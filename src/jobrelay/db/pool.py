@@ -4,27 +4,76 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, pool_async
+from psycopg_pool.base import AttemptWithBackoff
 
 from jobrelay.db.errors import DatabaseUnavailable, describe_dsn
 
 Connection = psycopg.AsyncConnection[dict[str, object]]
 
+# psycopg_pool retries a lost connection in the background with a delay that doubles from
+# 1 s (1, 2, 4, 8, ... s) while `reconnect_timeout` lasts: after an outage of half a minute
+# the next attempt could come 16 s after the database is back, and borrowers wait for it
+# (a worker measured 28 s to its first claim). jobrelay caps that delay: a lost connection is
+# retried at most every `RECONNECT_CAP_S`, so work resumes within about half a second of the
+# database accepting connections. The pool has no option for it; `_install_capped_reconnect`
+# replaces the attempt class it uses and checks first that it still works that way.
+RECONNECT_FIRST_S = 0.1
+RECONNECT_CAP_S = 0.5
+
+
+class PoolPatchError(RuntimeError):
+    """psycopg_pool no longer retries the way the capped reconnect expects."""
+
+
+class _CappedAttempt(AttemptWithBackoff):
+    INITIAL_DELAY = RECONNECT_FIRST_S
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_CAP_S)
+
+
+def _install_capped_reconnect() -> None:
+    """Make every async pool retry lost connections with `_CappedAttempt` (idempotent)."""
+    current = getattr(pool_async, "AttemptWithBackoff", None)
+    if current is _CappedAttempt:
+        return
+    if current is not AttemptWithBackoff or not hasattr(AttemptWithBackoff, "update_delay"):
+        raise PoolPatchError(
+            f"psycopg_pool {version('psycopg-pool')} no longer builds its reconnection "
+            "attempts from psycopg_pool.base.AttemptWithBackoff; the capped reconnect cannot "
+            "be installed (install the version requirements.lock pins)"
+        )
+    setattr(pool_async, "AttemptWithBackoff", _CappedAttempt)  # noqa: B010
+
 
 async def open_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = 5.0
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    timeout_s: float = 5.0,
+    wait_s: float | None = None,
 ) -> AsyncConnectionPool[Connection]:
-    """Open a pool of dict-row connections; fail fast with `DatabaseUnavailable`."""
+    """Open a pool of dict-row connections; fail fast with `DatabaseUnavailable`.
+
+    `wait_s` is how long a borrower waits for a connection before `PoolTimeout` (default:
+    six connect timeouts); the API sets it short so an outage answers 503 instead of hanging.
+    Lost connections are retried at most every `RECONNECT_CAP_S`.
+    """
+    _install_capped_reconnect()
     await check_connection(dsn, timeout_s=timeout_s)
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         kwargs={"row_factory": dict_row, "autocommit": True},
-        timeout=timeout_s * 6,
+        timeout=timeout_s * 6 if wait_s is None else wait_s,
         open=False,
         name="jobrelay",
     )

@@ -81,7 +81,7 @@ _FLUSH_MAX = 1000
 # After failures in a row the claim loop waits 0.2 s, 0.4 s, ... up to 5 s (a listener that
 # reconnects wakes it sooner); the flush loop 0.1 s up to 2 s, since finished jobs wait on it;
 # recording one outcome retries from 50 ms up to 2 s while the database is unreachable.
-_CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
+_CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=1.0)
 _FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
 _DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
 _DEFAULT_CONCURRENCY = 10

@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jobrelay.bootstrap import aws_reachable, database, database_report
+from jobrelay.bootstrap import aws_reachable, database, database_report, embedded_pg_ctl
 from jobrelay.cli.running_stack import RunningStack, load_cli_settings, running_stack
 from jobrelay.settings import Settings, load_settings
 
@@ -36,6 +36,9 @@ def doctor_command() -> None:
         report = database_report(dsn)
     table = Table("check", "value", "ok")
     table.add_row("postgresql", report.server_version, "yes")
+    pg_ctl = embedded_pg_ctl(settings)
+    if pg_ctl is not None:  # how to stop or start the embedded server by hand
+        table.add_row("embedded server control", f"{pg_ctl} stop|start", "-")
     migrated = report.migrated
     table.add_row(
         "migrations",

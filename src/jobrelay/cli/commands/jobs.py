@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,6 +31,7 @@ from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings
 
 console = Console()
@@ -71,9 +71,7 @@ def worker_command(
             [FieldError("--concurrency", "must be >= 1")],
         )
     settings = with_apps(load_cli_settings(), app)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(settings)
     registry = jobs_registry(settings)  # checked before anything starts
     try:
         config = worker_config(

@@ -25,9 +25,11 @@ from rich.console import Console
 from jobrelay.api import create_app
 from jobrelay.bootstrap import (
     Services,
+    StartupError,
     aws_endpoint,
     build_services,
     database,
+    keep_embedded_running,
     local_emulator,
     local_issuer,
     prepare_aws,
@@ -98,11 +100,17 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
     async def relay(services: Services, stop: asyncio.Event) -> None:
         await run_relay(settings, dsn, services.aws, stop)
 
-    return [
+    async def postgres_watchdog(services: Services, stop: asyncio.Event) -> None:
+        await keep_embedded_running(settings, stop, say=_progress)
+
+    parts = [
         StackPart("relay", relay),
         StackPart("jobs-worker", jobs_worker),
         StackPart("sqs-worker", sqs_worker),
     ]
+    if not settings.database_url:  # the embedded server is this stack's to keep running
+        parts.append(StackPart("postgres-watchdog", postgres_watchdog))
+    return parts
 
 
 def _run_stack(settings: Settings) -> None:
@@ -168,7 +176,8 @@ async def _supervise(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        async with build_services(settings, dsn, aws_endpoint(settings, endpoint_url)) as services:
+        endpoint = aws_endpoint(settings, endpoint_url)
+        async with build_services(settings, dsn, endpoint, serves_api=True) as services:
             server = _SupervisedServer(
                 uvicorn.Config(
                     create_app(services),
@@ -188,11 +197,16 @@ async def _supervise(
             server.should_exit = True
             results = await asyncio.gather(*tasks, return_exceptions=True)
             stopper.cancel()
+            fatal: StartupError | None = None
             for task, result in zip(tasks, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(
+                if isinstance(result, StartupError):
+                    fatal = fatal or result  # one line and exit 2, after everything stopped
+                elif isinstance(result, BaseException) and not isinstance(
                     result, asyncio.CancelledError
                 ):
                     console.print(f"[red]{task.get_name()} failed:[/] {result}")
+            if fatal is not None:
+                raise fatal
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
