@@ -206,14 +206,18 @@ def test_up_starts_its_embedded_postgres_again_when_it_dies(tmp_path: Path) -> N
     assert server.running_pid() is None
 
 
-def test_a_plain_pg_ctl_start_uses_the_stacks_socket(tmp_path: Path) -> None:
-    """The runbook's hand restart (`pg_ctl -D <data dir> start`, no options) comes back on
-    the socket every jobrelay command connects to."""
+def test_the_runbooks_restart_commands_work_as_written(tmp_path: Path) -> None:
+    """The runbook takes the `pg_ctl` command line from `jobrelay doctor` and stops and
+    starts the embedded server with it; a plain start comes back on the stack's socket."""
     server = EmbeddedPostgres(tmp_path / "pgdata")
+    doctor = run_cli("doctor", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+    found = re.search(r"^embedded server control: (.*) stop\|start$", doctor.stdout, re.M)
+    assert found, doctor.stdout
+    pg_ctl = found.group(1).split()
     server.start()
-    server.stop(mode="immediate")
-    server._run("pg_ctl", "-D", str(server.pgdata), "-w", "-l", str(server.log_file), "start")
     try:
+        for action in (["stop", "-m", "immediate"], ["start"]):
+            subprocess.run([*pg_ctl, *action], check=True, stdout=subprocess.DEVNULL, timeout=120)
         with psycopg.connect(server.dsn(), connect_timeout=5) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:

@@ -110,5 +110,6 @@ def embedded_pg_ctl(settings: Settings) -> str | None:
     (run as the server's system user), or None when `DATABASE_URL` is set."""
     if settings.database_url:
         return None
-    pg_ctl = POSTGRES_BIN_PATH / "pg_ctl"
-    return f"runuser -u {SYSTEM_USER} -- {pg_ctl} -D {settings.pgdata_dir}"
+    pg_ctl = f"{POSTGRES_BIN_PATH / 'pg_ctl'} -D {settings.pgdata_dir}"
+    # As root the server runs as its own system user (PostgreSQL refuses root).
+    return f"runuser -u {SYSTEM_USER} -- {pg_ctl}" if os.geteuid() == 0 else pg_ctl

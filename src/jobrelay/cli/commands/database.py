@@ -36,9 +36,6 @@ def doctor_command() -> None:
         report = database_report(dsn)
     table = Table("check", "value", "ok")
     table.add_row("postgresql", report.server_version, "yes")
-    pg_ctl = embedded_pg_ctl(settings)
-    if pg_ctl is not None:  # how to stop or start the embedded server by hand
-        table.add_row("embedded server control", f"{pg_ctl} stop|start", "-")
     migrated = report.migrated
     table.add_row(
         "migrations",
@@ -68,6 +65,9 @@ def doctor_command() -> None:
     else:
         table.add_row("sqs/s3 endpoint", "not configured: `jobrelay up` starts the emulator", "-")
     console.print(table)
+    pg_ctl = embedded_pg_ctl(settings)
+    if pg_ctl is not None:  # how to stop or start the embedded server by hand, unwrapped
+        console.print(f"embedded server control: {pg_ctl} stop|start", soft_wrap=True)
     for problem in problems:
         console.print(f"[red]problem:[/] {problem}")
     if problems:
