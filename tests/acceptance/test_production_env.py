@@ -179,3 +179,12 @@ def test_an_unreachable_database_url_is_one_line_and_the_api_never_listens(
     assert "cannot connect to PostgreSQL at 127.0.0.1:1/jobs" in line
     assert "hunter2" not in line
     assert port_is_free("127.0.0.1", port)
+
+
+def test_migrate_in_production_refuses_to_migrate_an_embedded_server(tmp_path: Path) -> None:
+    result = run_cli(
+        "migrate", JOBRELAY_ENV="production", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path)
+    )
+    line = _one_error_line(result)
+    assert "`jobrelay migrate`" in line and "DATABASE_URL" in line
+    assert not (tmp_path / "pgdata").exists()

@@ -177,7 +177,7 @@ SAFE = {
 }
 
 
-@pytest.mark.parametrize("process", ["api", "worker", "relay", "sqs-worker"])
+@pytest.mark.parametrize("process", ["api", "worker", "relay", "sqs-worker", "migrate"])
 def test_production_with_real_settings_starts(process: str) -> None:
     settings = _production(**SAFE)
     assert development_defaults(settings, process) == []  # type: ignore[arg-type]
@@ -193,6 +193,7 @@ def test_production_with_real_settings_starts(process: str) -> None:
         ("api", "database_url", "DATABASE_URL"),
         ("worker", "database_url", "DATABASE_URL"),
         ("relay", "database_url", "DATABASE_URL"),
+        ("migrate", "database_url", "DATABASE_URL"),
         ("sqs-worker", "sqs_worker_webhook_url", "JOBRELAY_SQS_WORKER_WEBHOOK_URL"),
     ],
 )

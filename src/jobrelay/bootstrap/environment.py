@@ -10,7 +10,8 @@ shared host:
 * `JOBRELAY_AUTH_MODE=local` (the local token issuer, whose `/dev/*` routes publish its keys
   and whose private key sits in the data directory): the API;
 * no `DATABASE_URL` (the embedded PostgreSQL in the data directory, one host's disk): the
-  processes that use the database;
+  processes that use the database, and `jobrelay migrate` when JOBRELAY_ENV=production is
+  set (its default is development: it also migrates the local stack's database);
 * no `JOBRELAY_SQS_WORKER_WEBHOOK_URL` (the default is this host's loopback, where no API
   runs in a deployment): the SQS worker.
 
@@ -25,9 +26,9 @@ from typing import Literal
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.settings import DEVELOPMENT_WEBHOOK_SECRET, Settings
 
-ProcessKind = Literal["api", "worker", "relay", "sqs-worker"]
+ProcessKind = Literal["api", "worker", "relay", "sqs-worker", "migrate"]
 
-_USES_DATABASE: frozenset[ProcessKind] = frozenset({"api", "worker", "relay"})
+_USES_DATABASE: frozenset[ProcessKind] = frozenset({"api", "worker", "relay", "migrate"})
 _USES_WEBHOOK_SECRET: frozenset[ProcessKind] = frozenset({"api", "sqs-worker"})
 
 
