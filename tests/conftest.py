@@ -19,6 +19,12 @@ from jobrelay.aws.emulator import LocalEmulator
 from jobrelay.db.pool import Connection, open_pool
 from tests.harness import ApiHarness, AwsTestResources, PgServer, api_harness, start_server
 
+# The suite runs the local stack's defaults (embedded PostgreSQL, built-in webhook secret,
+# local issuer), which `jobrelay api`, `worker`, `relay` and `sqs-worker` refuse when they
+# default to production. Every process the tests start inherits this; the production tests
+# override it explicitly (`cli_env(JOBRELAY_ENV=...)`).
+os.environ["JOBRELAY_ENV"] = "development"
+
 _OWN_BASETEMP: list[str] = []
 
 

@@ -160,7 +160,9 @@ async def api_harness(
     dsn: str, data_dir: Path, **settings_overrides: object
 ) -> AsyncIterator[ApiHarness]:
     """Services and app over `dsn`, the local issuer's keys in `data_dir`."""
-    settings = load_settings(data_dir=data_dir, db_pool_min=1, db_pool_max=6, **settings_overrides)
+    settings = load_settings(
+        default_env=None, data_dir=data_dir, db_pool_min=1, db_pool_max=6, **settings_overrides
+    )
     async with build_services(settings, dsn, serves_api=True) as services:
         transport = httpx.ASGITransport(app=create_app(services))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:

@@ -27,11 +27,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import annotated_types
-from pydantic import AliasChoices, SecretStr
+from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from jobrelay.settings import Settings
+from jobrelay.settings import Settings, env_names, is_secret
 
 REGENERATE = "make docs"
 """The command that rewrites the generated pages; failing checks name it."""
@@ -64,13 +64,7 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 
 def setting_env_names(name: str, field: FieldInfo) -> list[str]:
     """The environment variables that set field `name`, the preferred one first."""
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [choice for choice in alias.choices if isinstance(choice, str)]
-    if isinstance(alias, str):
-        return [alias]
-    prefix = Settings.model_config.get("env_prefix", "")
-    return [f"{prefix}{name}".upper()]
+    return env_names(name, field)
 
 
 def _type_name(annotation: Any) -> str:
@@ -140,6 +134,8 @@ def settings_reference() -> str:
         variable = "`" + envs[0] + "`"
         if len(envs) > 1:
             variable += " (also " + ", ".join(f"`{e}`" for e in envs[1:]) + ")"
+        if is_secret(field):
+            variable += f" or `{envs[0]}_FILE`"
         kind = _type_name(field.annotation)
         bounds = _bounds(field)
         rows.append(
@@ -155,7 +151,8 @@ def settings_reference() -> str:
         "# Settings reference\n",
         "Every setting is an environment variable, read once when a command starts; the",
         "defaults run the local stack with nothing configured. Invalid values stop the command",
-        "with one line naming the setting (exit code 2).",
+        "with one line naming the setting (exit code 2). A secret may also be given as a file:",
+        "`<VARIABLE>_FILE` names a file whose content, stripped, is the value.",
         "",
         *_table(["variable", "type", "default", "meaning"], rows),
     ]

@@ -3,17 +3,50 @@
 Every setting has an env var (`JOBRELAY_<NAME>`, except `DATABASE_URL`) and a default that
 makes the local stack work with nothing configured. Nothing here runs at import time: call
 `load_settings()` from `bootstrap` or a CLI entry point and pass the object down.
+
+Secrets (`DATABASE_URL` and every `SecretStr` field) may also be given as a file, the
+container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value
+(`SecretFileSource`). Which defaults production refuses is decided in
+`jobrelay.bootstrap.environment`.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import typing
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from jobrelay.domain.errors import JobrelayError
 from jobrelay.domain.jobs_config import parse_class_counts, parse_failpoints
+
+Environment = Literal["development", "production"]
+
+# Public (it is in the source): production refuses to start with it.
+DEVELOPMENT_WEBHOOK_SECRET = "whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ=="
+
+# libpq's key=value form: `host=db port=5432 password='a b'` (psycopg is not imported here:
+# the SQS workers read these settings and must not depend on a database driver).
+_CONNINFO_PAIRS = re.compile(r"\s*(?:\w+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+")
+
+# Marks a plain-text field as a secret: it may come from `<VARIABLE>_FILE` like SecretStr ones.
+_SECRET: dict[str, Any] = {"secret": True}
+
+
+class SettingsFileError(JobrelayError):
+    """A `<VARIABLE>_FILE` setting names a file that cannot be read (or clashes with
+    `<VARIABLE>`); the message names both."""
 
 
 def _split_csv(value: object) -> object:
@@ -31,17 +64,32 @@ class Settings(BaseSettings):
         populate_by_name=True,
     )
 
+    env: Environment = Field(
+        default="development",
+        description="production refuses development defaults at startup (built-in webhook "
+        "secret, local auth, /dev routes, embedded PostgreSQL); unset, `jobrelay api`, "
+        "`worker`, `relay` and `sqs-worker` started on their own run as production, `up`, "
+        "`demo` and the other commands as development.",
+    )
+
     database_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("DATABASE_URL", "JOBRELAY_DATABASE_URL"),
-        description="PostgreSQL URL; unset means start the embedded server in JOBRELAY_DATA_DIR.",
+        description="PostgreSQL URL; unset means start the embedded server in JOBRELAY_DATA_DIR "
+        "(development only).",
+        json_schema_extra=_SECRET,
     )
     data_dir: Path = Field(
         default=Path(".jobrelay"),
         description="Local state: embedded PostgreSQL data, local token issuer keys.",
     )
     db_pool_min: int = Field(default=1, ge=0, description="Connections kept open per process.")
-    db_pool_max: int = Field(default=10, ge=1, description="Connection cap per process.")
+    db_pool_max: int = Field(
+        default=10,
+        ge=1,
+        description="Connection cap of the pool of the API and the one-shot commands (a "
+        "worker's pool is JOBRELAY_WORKER_DB_POOL_MAX).",
+    )
     db_connect_timeout_s: float = Field(
         default=5.0, gt=0, description="How long one connection attempt may take, in seconds."
     )
@@ -72,7 +120,7 @@ class Settings(BaseSettings):
     s3_bucket: str = Field(default="jobrelay-results", description="Bucket of worker results.")
 
     webhook_secrets: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=lambda: [SecretStr("whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ==")],
+        default_factory=lambda: [SecretStr(DEVELOPMENT_WEBHOOK_SECRET)],
         description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
     )
 
@@ -160,6 +208,12 @@ class Settings(BaseSettings):
     relay_workers: int = Field(
         default=4, ge=1, le=64, description="Claim-send-record loops per relay process."
     )
+    relay_db_pool_max: int | None = Field(
+        default=None,
+        ge=2,
+        description="Connections of a relay's pool; unset: JOBRELAY_RELAY_WORKERS + 2. A relay "
+        "also holds one LISTEN connection.",
+    )
     relay_max_in_flight: int = Field(
         default=16, ge=1, le=256, description="SendMessageBatch calls in flight per relay process."
     )
@@ -207,6 +261,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Worker wait between claims when idle (LISTEN/NOTIFY wakes it sooner).",
     )
+    worker_db_pool_max: int | None = Field(
+        default=None,
+        ge=3,
+        description="Connections of a jobs worker's pool; unset: the larger of "
+        "JOBRELAY_DB_POOL_MAX and the worker's total slots + 6, at most 50. A worker also "
+        "holds one claim connection and one LISTEN connection.",
+    )
     worker_listen: bool = Field(default=True, description="Wake workers by LISTEN/NOTIFY.")
     worker_prefetch: int = Field(
         default=0, ge=0, description="Jobs a worker claims ahead of its free slots."
@@ -231,6 +292,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Finished jobs older than this are pruned; 0 keeps them forever.",
     )
+    jobs_prune_log_threshold: int = Field(
+        default=1000,
+        ge=0,
+        description="A prune pass deleting more finished jobs than this logs one warning with "
+        "the count (smaller passes log at INFO).",
+    )
     jobs_failpoints: str = Field(
         default="", description="Injected failures for drills and tests, e.g. name=2,name."
     )
@@ -243,6 +310,16 @@ class Settings(BaseSettings):
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _valid_database_url(cls, value: str | None) -> str | None:
+        if value:
+            problem = database_url_problem(value)
+            if problem:
+                # The value is not echoed: it may hold a password.
+                raise ValueError(f"malformed PostgreSQL URL: {problem}")
+        return value
 
     @field_validator("worker_slots")
     @classmethod
@@ -284,7 +361,116 @@ class Settings(BaseSettings):
         """Where the embedded PostgreSQL keeps its cluster."""
         return self.data_dir.resolve() / "pgdata"
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # `<VARIABLE>_FILE` ranks with the variable itself: both set is refused by the source.
+        return (
+            init_settings,
+            SecretFileSource(settings_cls),
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+        )
 
-def load_settings(**overrides: object) -> Settings:
-    """Read settings from the environment (and explicit overrides, e.g. CLI flags)."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+
+def database_url_problem(url: str) -> str | None:
+    """Why `url` is not a usable PostgreSQL connection string (None: it looks fine).
+
+    Catches what libpq would only report at connect time, confusingly (a port that is not
+    a number reads as a host that cannot be resolved), without naming the credentials.
+    """
+    if "://" not in url:
+        if not _CONNINFO_PAIRS.fullmatch(url):
+            return "neither a postgresql:// URL nor key=value pairs"
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return f"the scheme is {parts.scheme!r}, expected postgresql://"
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        port = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        return f"the port {port!r} is not a number from 0 to 65535"
+    return None
+
+
+def is_secret(field: FieldInfo) -> bool:
+    """True for `SecretStr` fields (also in a list or optional) and fields marked secret."""
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and extra.get("secret") is True:
+        return True
+    return _mentions_secret(field.annotation)
+
+
+def _mentions_secret(annotation: object) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(_mentions_secret(arg) for arg in typing.get_args(annotation))
+
+
+def env_names(name: str, field: FieldInfo) -> list[str]:
+    """The environment variables that set field `name`, the preferred one first."""
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [choice for choice in alias.choices if isinstance(choice, str)]
+    if isinstance(alias, str):
+        return [alias]
+    prefix = Settings.model_config.get("env_prefix", "")
+    return [f"{prefix}{name}".upper()]
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """Secrets from files: `<VARIABLE>_FILE=/run/secrets/x` gives the stripped content of
+    that file as the value of `<VARIABLE>`, for every secret setting (`is_secret`).
+
+    A file that cannot be read, or a variable given both ways, raises `SettingsFileError`
+    naming the variable and the path, so the command stops before it starts anything.
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Unused: `__call__` reads every field itself.
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            if not is_secret(field):
+                continue
+            for variable in env_names(name, field):
+                path = os.environ.get(f"{variable}_FILE")
+                if not path:
+                    continue
+                if os.environ.get(variable):
+                    raise SettingsFileError(
+                        f"both {variable} and {variable}_FILE are set; set one of them"
+                    )
+                values[name] = _read_secret_file(f"{variable}_FILE", path)
+                break
+        return values
+
+
+def _read_secret_file(variable: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SettingsFileError(f"{variable}={path}: cannot read the file ({reason})") from None
+
+
+def load_settings(*, default_env: Environment | None = None, **overrides: object) -> Settings:
+    """Read settings from the environment (and explicit overrides, e.g. CLI flags).
+
+    `default_env` is the environment when `JOBRELAY_ENV` (or an override) does not say:
+    the long-running commands started on their own pass "production".
+    """
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    if default_env is not None and "env" not in settings.model_fields_set:
+        settings = Settings(**{**overrides, "env": default_env})  # type: ignore[arg-type]
+    return settings

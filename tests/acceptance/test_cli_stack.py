@@ -120,7 +120,8 @@ def test_unreachable_database_url_is_one_clear_message() -> None:
 def test_malformed_database_url_is_one_clear_message() -> None:
     result = run_cli("migrate", DATABASE_URL="not a url at all")
     assert result.returncode == 2
-    assert "cannot connect to PostgreSQL" in result.stderr
+    assert "setting DATABASE_URL" in result.stderr
+    assert "neither a postgresql:// URL nor key=value pairs" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 
 

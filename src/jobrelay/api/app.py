@@ -30,6 +30,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(children.router)
     app.include_router(webhooks.router)
     app.include_router(code2wf.router)
-    if services.local_issuer is not None:
+    # Development only: production refuses local auth at startup, and even a production
+    # object built in-process (tests, embedding) never publishes the local issuer's keys.
+    if services.local_issuer is not None and services.settings.env == "development":
         app.include_router(dev.router)
     return app

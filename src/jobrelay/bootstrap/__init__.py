@@ -4,6 +4,7 @@ The only package that wires adapters together. The API and the CLI receive a `Se
 object from here and never construct a pool or a client themselves. One module per step:
 
 * `errors`: `StartupError`, the one-line failure of any step;
+* `environment`: what `JOBRELAY_ENV=production` refuses before anything starts;
 * `database`: `DATABASE_URL` or the embedded server, migrated;
 * `local_stack`: the SQS/S3 endpoint, or the local emulator;
 * `job_types`: the deployment's job types and the worker configuration built from them;
@@ -18,6 +19,7 @@ from jobrelay.bootstrap.database import (
     keep_embedded_running,
     migrate_database,
 )
+from jobrelay.bootstrap.environment import ProcessKind, require_safe_environment
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import (
     deployment_job_types,
@@ -26,6 +28,7 @@ from jobrelay.bootstrap.job_types import (
     parse_slots,
     product_job_types,
     worker_config,
+    worker_pool_size,
 )
 from jobrelay.bootstrap.local_stack import (
     aws_endpoint,
@@ -34,7 +37,7 @@ from jobrelay.bootstrap.local_stack import (
     prepare_aws,
     require_free_port,
 )
-from jobrelay.bootstrap.runners import run_relay, run_sqs_worker
+from jobrelay.bootstrap.runners import relay_pool_size, run_relay, run_sqs_worker
 from jobrelay.bootstrap.services import Services, build_services, local_issuer
 from jobrelay.db.embedded import EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
@@ -46,6 +49,7 @@ __all__ = [
     "DatabaseUnavailable",
     "EmbeddedPostgresError",
     "EmulatorError",
+    "ProcessKind",
     "Services",
     "StartupError",
     "WorkerConfig",
@@ -65,8 +69,11 @@ __all__ = [
     "parse_slots",
     "prepare_aws",
     "product_job_types",
+    "relay_pool_size",
     "require_free_port",
+    "require_safe_environment",
     "run_relay",
     "run_sqs_worker",
     "worker_config",
+    "worker_pool_size",
 ]

@@ -147,6 +147,7 @@ def worker_config(
         reconcile_interval_s=settings.jobs_reconcile_interval_s,
         prune_interval_s=settings.jobs_prune_interval_s,
         retention_s=settings.jobs_retention_s or None,
+        prune_log_threshold=settings.jobs_prune_log_threshold,
         shutdown_grace_s=(
             settings.worker_shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
         ),
@@ -154,3 +155,13 @@ def worker_config(
         listen=settings.worker_listen,
         metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
     )
+
+
+def worker_pool_size(settings: Settings, config: WorkerConfig) -> int:
+    """Connections of a `jobrelay worker`'s pool: JOBRELAY_WORKER_DB_POOL_MAX, else enough
+    for every slot finishing at once plus the loops (heartbeats, flush, rescue, reconcile,
+    prune, sweeps), at least JOBRELAY_DB_POOL_MAX and at most 50. The claim connection and
+    the LISTEN connection come on top."""
+    if settings.worker_db_pool_max is not None:
+        return settings.worker_db_pool_max
+    return max(settings.db_pool_max, min(config.total_slots + 6, 50))

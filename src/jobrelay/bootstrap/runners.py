@@ -37,6 +37,14 @@ def relay_config(settings: Settings) -> RelayConfig:
     )
 
 
+def relay_pool_size(settings: Settings) -> int:
+    """Connections of a relay's pool: JOBRELAY_RELAY_DB_POOL_MAX, else one per claim loop
+    plus two (the sweeper, a recording in flight). The LISTEN connection comes on top."""
+    if settings.relay_db_pool_max is not None:
+        return settings.relay_db_pool_max
+    return max(2, settings.relay_workers + 2)
+
+
 async def _queue_url(sqs: SQSClient, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
     """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
 
@@ -66,10 +74,7 @@ async def run_relay(
             settings.relay_metrics_port, addr=settings.api_host, registry=metrics.registry
         )
     pool = await open_pool(
-        dsn,
-        min_size=1,
-        max_size=max(2, config.workers + 2),
-        timeout_s=settings.db_connect_timeout_s,
+        dsn, min_size=1, max_size=relay_pool_size(settings), timeout_s=settings.db_connect_timeout_s
     )
     client_kwargs = endpoint.client_kwargs()
     client_kwargs["config"] = client_kwargs["config"].merge(

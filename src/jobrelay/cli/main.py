@@ -10,11 +10,13 @@ import sys
 
 import typer
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
 from jobrelay.cli.commands import admin, database, demo, jobs, ops, relay, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.settings import Settings, env_names, is_secret
 
 app = typer.Typer(
     name="jobrelay",
@@ -44,12 +46,23 @@ def main() -> None:
         sys.exit(2)
     except ValidationError as exc:  # settings from the environment
         for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "settings"
-            _stderr.print(
-                f"[bold red]error:[/] setting {name}: {err['msg']} (got {err.get('input')!r})",
-                highlight=False,
-            )
+            _stderr.print(f"[bold red]error:[/] {_setting_error(err)}", highlight=False)
         sys.exit(2)
+
+
+def _setting_error(err: ErrorDetails) -> str:
+    """One line for one invalid setting; the value is shown unless it may hold a secret."""
+    loc = [str(p) for p in err["loc"]]
+    if not loc:  # a check across settings: its input is every setting, secrets included
+        return f"settings: {err['msg']}"
+    field = Settings.model_fields.get(loc[0])
+    if field is not None:
+        name = env_names(loc[0], field)[0] + "".join(f"[{p}]" for p in loc[1:])
+    else:
+        name = ".".join(loc)
+    if field is None or is_secret(field):
+        return f"setting {name}: {err['msg']}"
+    return f"setting {name}: {err['msg']} (got {err.get('input')!r})"
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from jobrelay.settings import Settings, load_settings
+from jobrelay.settings import Environment, Settings, load_settings
 
 RECORD_NAME = "up.json"
 
@@ -106,7 +106,14 @@ def attach_to_running_stack(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-def load_cli_settings(**overrides: object) -> Settings:
+def load_cli_settings(*, default_env: Environment | None = None, **overrides: object) -> Settings:
     """Settings for a command run beside the stack: `load_settings()` attached to a running
-    `up` (see the module docstring)."""
-    return attach_to_running_stack(load_settings(**overrides))
+    `up` (see the module docstring).
+
+    `default_env` applies when `JOBRELAY_ENV` is unset and no `up` runs in the data
+    directory: a process attached to a running `up` is part of that development stack.
+    """
+    settings = load_settings(default_env=None, **overrides)
+    if default_env is not None and running_stack(settings) is None:
+        settings = load_settings(default_env=default_env, **overrides)
+    return attach_to_running_stack(settings)

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 
 from jobrelay.domain.errors import Conflict, JobrelayError, NotFound
 
@@ -55,6 +56,13 @@ def translated_errors() -> Iterator[None]:
 
 def describe_dsn(dsn: str) -> str:
     """`host:port/dbname` (or the socket directory) of a DSN, without credentials."""
+    if "://" not in dsn:  # libpq's key=value form; it may hold password=...
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.Error:
+            return "<unparseable DATABASE_URL>"
+        port = f":{params['port']}" if params.get("port") else ""
+        return f"{params.get('host') or 'localhost'}{port}/{params.get('dbname') or ''}"
     try:
         parts = urlsplit(dsn)
         host = parts.hostname or parse_qs(parts.query).get("host", ["localhost"])[0]

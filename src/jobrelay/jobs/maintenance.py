@@ -82,9 +82,13 @@ class Pruner(_PoolLoop):
         interval_s: float,
         retention_s: float,
         limit: int | None = None,
+        log_threshold: int = 1000,
     ) -> None:
         super().__init__(pool=pool, interval_s=interval_s, limit=limit)
         self.retention_s = positive("retention_s", retention_s)
+        if log_threshold < 0:
+            raise ValueError(f"log_threshold must be >= 0, got {log_threshold!r}")
+        self.log_threshold = log_threshold
 
     async def run_once(self) -> int:
         total = 0
@@ -96,7 +100,17 @@ class Pruner(_PoolLoop):
             total += pruned
             if pruned < self._limit:
                 break
-        if total:
+        # A big pass (e.g. the first worker on a table with years of history) is a warning,
+        # so an operator sees the count even at the default log level.
+        if total > self.log_threshold:
+            log.warning(
+                "pruned %d finished jobs older than %.0fs in one pass "
+                "(more than JOBRELAY_JOBS_PRUNE_LOG_THRESHOLD=%d)",
+                total,
+                self.retention_s,
+                self.log_threshold,
+            )
+        elif total:
             log.info("pruned %d finished jobs older than %.0fs", total, self.retention_s)
         return total
 

@@ -102,6 +102,7 @@ class WorkerConfig:
     worker must use the same caps).
     `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
     `retention_s`: finished jobs older than this are pruned (None: never).
+    `prune_log_threshold`: a prune pass deleting more rows than this logs a warning.
     """
 
     concurrency: int | None = None
@@ -114,6 +115,7 @@ class WorkerConfig:
     reconcile_interval_s: float = 10.0
     prune_interval_s: float = 300.0
     retention_s: float | None = 7 * 24 * 3600.0
+    prune_log_threshold: int = 1000
     shutdown_grace_s: float = 10.0
     prefetch: int = 0
     listen: bool = True
@@ -293,7 +295,10 @@ class Worker:
         self.pruner: Pruner | None = None
         if config.retention_s is not None:
             self.pruner = Pruner(
-                pool=pool, interval_s=config.prune_interval_s, retention_s=config.retention_s
+                pool=pool,
+                interval_s=config.prune_interval_s,
+                retention_s=config.retention_s,
+                log_threshold=config.prune_log_threshold,
             )
 
     @property

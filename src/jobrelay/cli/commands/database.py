@@ -7,7 +7,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jobrelay.bootstrap import aws_reachable, database, database_report, embedded_pg_ctl
+from jobrelay.bootstrap import (
+    aws_reachable,
+    database,
+    database_report,
+    embedded_pg_ctl,
+    require_safe_environment,
+)
 from jobrelay.cli.running_stack import RunningStack, load_cli_settings, running_stack
 from jobrelay.settings import Settings, load_settings
 
@@ -22,6 +28,9 @@ def register(app: typer.Typer) -> None:
 def migrate_command() -> None:
     """Bring the database to the newest schema (starts the embedded server if needed)."""
     settings = load_settings()
+    # Development by default (it is also how `up`'s database is migrated by hand); with
+    # JOBRELAY_ENV=production it refuses to migrate a throwaway embedded server.
+    require_safe_environment(settings, "migrate")
     with database(settings) as dsn:
         report = database_report(dsn)
     console.print(f"database at revision {report.current_revision} (head {report.head_revision})")

@@ -24,7 +24,9 @@ from jobrelay.bootstrap import (
     database,
     jobs_registry,
     parse_slots,
+    require_safe_environment,
     worker_config,
+    worker_pool_size,
 )
 from jobrelay.cli.options import APP_OPTION, with_apps
 from jobrelay.cli.running_stack import load_cli_settings
@@ -70,7 +72,8 @@ def worker_command(
             f"invalid --concurrency {concurrency}: must be >= 1",
             [FieldError("--concurrency", "must be >= 1")],
         )
-    settings = with_apps(load_cli_settings(), app)
+    settings = with_apps(load_cli_settings(default_env="production"), app)
+    require_safe_environment(settings, "worker")
     configure_logging(settings)
     registry = jobs_registry(settings)  # checked before anything starts
     try:
@@ -89,8 +92,7 @@ def worker_command(
 
 
 async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> None:
-    pool_max = max(settings.db_pool_max, min(config.total_slots + 6, 50))
-    settings = settings.model_copy(update={"db_pool_max": pool_max})
+    settings = settings.model_copy(update={"db_pool_max": worker_pool_size(settings, config)})
     async with build_services(settings, dsn) as services:
         worker = services.jobs.worker(config)
         stop = asyncio.Event()

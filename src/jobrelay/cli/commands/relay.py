@@ -8,7 +8,7 @@ import signal
 
 import typer
 
-from jobrelay.bootstrap import aws_endpoint, database, run_relay
+from jobrelay.bootstrap import aws_endpoint, database, require_safe_environment, run_relay
 from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.settings import Settings
 
@@ -27,9 +27,10 @@ def relay_command(
     Any number of relays may run side by side. SIGINT or SIGTERM stops claiming; sends in
     flight finish and are recorded before the process exits.
     """
-    settings = load_cli_settings()
+    settings = load_cli_settings(default_env="production")
     if metrics_port is not None:
         settings = settings.model_copy(update={"relay_metrics_port": metrics_port})
+    require_safe_environment(settings, "relay")
     with database(settings) as dsn:
         asyncio.run(_run(settings, dsn))
 

@@ -12,7 +12,7 @@ import signal
 
 import typer
 
-from jobrelay.bootstrap import run_sqs_worker
+from jobrelay.bootstrap import require_safe_environment, run_sqs_worker
 from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings
@@ -36,7 +36,8 @@ def sqs_worker_command(
         overrides["sqs_worker_concurrency"] = concurrency
     if webhook_url is not None:
         overrides["sqs_worker_webhook_url"] = webhook_url
-    settings = load_cli_settings(**overrides)
+    settings = load_cli_settings(default_env="production", **overrides)
+    require_safe_environment(settings, "sqs-worker")
     configure_logging(settings)
     asyncio.run(_run(settings))
 

@@ -34,6 +34,7 @@ from jobrelay.bootstrap import (
     local_issuer,
     prepare_aws,
     require_free_port,
+    require_safe_environment,
     run_relay,
     run_sqs_worker,
     worker_config,
@@ -65,7 +66,9 @@ def up_command(
     app: list[str] | None = APP_OPTION,
 ) -> None:
     """Start the whole local stack: PostgreSQL, migrations, emulator, API and workers."""
-    settings = _for_stack(_with_port(with_apps(load_settings(), app), port))
+    # The local stack is development whatever JOBRELAY_ENV says: it runs the embedded
+    # PostgreSQL, the emulator and the local issuer, which production refuses.
+    settings = _for_stack(_with_port(with_apps(load_settings(env="development"), app), port))
     settings = settings.model_copy(update={"db_pool_max": max(settings.db_pool_max, 30)})
     _require_free_port(settings)
     configure_logging(settings)
@@ -80,7 +83,8 @@ def api_command(
     app: list[str] | None = APP_OPTION,
 ) -> None:
     """Run only the API against DATABASE_URL (or the embedded server)."""
-    settings = _with_port(with_apps(load_settings(), app), port)
+    settings = _with_port(with_apps(load_settings(default_env="production"), app), port)
+    require_safe_environment(settings, "api")
     _require_free_port(settings)
     configure_logging(settings)
     _interrupt_on_sigterm()

@@ -1,0 +1,68 @@
+"""Settings -> go or no-go: production refuses the defaults that only make sense locally.
+
+`JOBRELAY_ENV=production` (the default of `jobrelay api`, `worker`, `relay` and `sqs-worker`
+started on their own) makes each of those processes refuse to start, with one line naming
+the settings to change, when it would use a development default that is unsafe or wrong on a
+shared host:
+
+* the built-in webhook secret (it is in the source, so anyone could sign worker outcomes):
+  the API verifies with it, an SQS worker signs with it;
+* `JOBRELAY_AUTH_MODE=local` (the local token issuer, whose `/dev/*` routes publish its keys
+  and whose private key sits in the data directory): the API;
+* no `DATABASE_URL` (the embedded PostgreSQL in the data directory, one host's disk): the
+  processes that use the database, and `jobrelay migrate` when JOBRELAY_ENV=production is
+  set (its default is development: it also migrates the local stack's database);
+* no `JOBRELAY_SQS_WORKER_WEBHOOK_URL` (the default is this host's loopback, where no API
+  runs in a deployment): the SQS worker.
+
+Not refused: no `JOBRELAY_AWS_ENDPOINT_URL` means real AWS for these commands (only `up`
+starts the emulator), and the diag job types are admin-only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from jobrelay.bootstrap.errors import StartupError
+from jobrelay.settings import DEVELOPMENT_WEBHOOK_SECRET, Settings
+
+ProcessKind = Literal["api", "worker", "relay", "sqs-worker", "migrate"]
+
+_USES_DATABASE: frozenset[ProcessKind] = frozenset({"api", "worker", "relay", "migrate"})
+_USES_WEBHOOK_SECRET: frozenset[ProcessKind] = frozenset({"api", "sqs-worker"})
+
+
+def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
+    """What `process` would use that production refuses, one phrase each (empty: none)."""
+    problems: list[str] = []
+    if process in _USES_WEBHOOK_SECRET and any(
+        secret.get_secret_value() == DEVELOPMENT_WEBHOOK_SECRET
+        for secret in settings.webhook_secrets
+    ):
+        problems.append(
+            "JOBRELAY_WEBHOOK_SECRETS (or JOBRELAY_WEBHOOK_SECRETS_FILE) holds the built-in "
+            "development secret"
+        )
+    if process == "api" and settings.auth_mode == "local":
+        problems.append(
+            "JOBRELAY_AUTH_MODE=local (set cognito with JOBRELAY_COGNITO_USER_POOL_ID and "
+            "JOBRELAY_AUTH_CLIENT_IDS)"
+        )
+    if process in _USES_DATABASE and not settings.database_url:
+        problems.append("DATABASE_URL (or DATABASE_URL_FILE) is unset (embedded PostgreSQL)")
+    if process == "sqs-worker" and "sqs_worker_webhook_url" not in settings.model_fields_set:
+        problems.append("JOBRELAY_SQS_WORKER_WEBHOOK_URL is unset (this host's loopback)")
+    return problems
+
+
+def require_safe_environment(settings: Settings, process: ProcessKind) -> None:
+    """Raise `StartupError` (one line) when production `settings` use development defaults."""
+    if settings.env != "production":
+        return
+    problems = development_defaults(settings, process)
+    if problems:
+        raise StartupError(
+            f"JOBRELAY_ENV=production refuses development defaults for `jobrelay {process}`: "
+            + "; ".join(problems)
+            + " (JOBRELAY_ENV=development allows them)"
+        )

@@ -1,0 +1,241 @@
+"""JOBRELAY_ENV, secrets from `<VARIABLE>_FILE`, and what production refuses (no I/O but
+the secret files themselves)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from jobrelay.bootstrap import StartupError, require_safe_environment
+from jobrelay.bootstrap.environment import development_defaults
+from jobrelay.cli.main import _setting_error
+from jobrelay.cli.running_stack import load_cli_settings, recorded
+from jobrelay.settings import (
+    DEVELOPMENT_WEBHOOK_SECRET,
+    Settings,
+    SettingsFileError,
+    database_url_problem,
+    env_names,
+    is_secret,
+    load_settings,
+)
+
+SECRET_FIELDS = sorted(name for name, field in Settings.model_fields.items() if is_secret(field))
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs as development (tests/conftest.py); these tests choose for themselves."""
+    for name in ("JOBRELAY_ENV", "JOBRELAY_SQS_WORKER_WEBHOOK_URL", "JOBRELAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in SECRET_FIELDS:
+        for variable in env_names(name, Settings.model_fields[name]):
+            monkeypatch.delenv(variable, raising=False)
+            monkeypatch.delenv(f"{variable}_FILE", raising=False)
+
+
+def test_every_secret_setting_is_known_as_one() -> None:
+    # A SecretStr field is a secret by its type; DATABASE_URL is marked (it holds a password).
+    assert SECRET_FIELDS == ["database_url", "webhook_secrets"]
+    for name, field in Settings.model_fields.items():
+        if "SecretStr" in str(field.annotation):
+            assert name in SECRET_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("variable", "content", "field", "expected"),
+    [
+        (
+            "DATABASE_URL",
+            "postgresql://u:p@db:5432/jobs\n",
+            "database_url",
+            "postgresql://u:p@db:5432/jobs",
+        ),
+        ("JOBRELAY_DATABASE_URL", "  host=db dbname=jobs  ", "database_url", "host=db dbname=jobs"),
+        (
+            "JOBRELAY_WEBHOOK_SECRETS",
+            "whsec_a,whsec_b\n",
+            "webhook_secrets",
+            ["whsec_a", "whsec_b"],
+        ),
+    ],
+)
+def test_a_secret_comes_from_its_file_stripped(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    variable: str,
+    content: str,
+    field: str,
+    expected: object,
+) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(content)
+    monkeypatch.setenv(f"{variable}_FILE", str(secret_file))
+    value = getattr(load_settings(), field)
+    if isinstance(value, list):
+        value = [item.get_secret_value() if isinstance(item, SecretStr) else item for item in value]
+    assert value == expected
+
+
+def test_a_missing_secret_file_names_the_variable_and_the_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere" / "secret"
+    monkeypatch.setenv("JOBRELAY_WEBHOOK_SECRETS_FILE", str(missing))
+    with pytest.raises(SettingsFileError) as info:
+        load_settings()
+    message = str(info.value)
+    assert f"JOBRELAY_WEBHOOK_SECRETS_FILE={missing}" in message
+    assert "No such file or directory" in message
+    assert "\n" not in message
+
+
+def test_a_directory_is_not_a_secret_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DATABASE_URL_FILE", str(tmp_path))
+    with pytest.raises(SettingsFileError, match=f"DATABASE_URL_FILE={tmp_path}: cannot read"):
+        load_settings()
+
+
+def test_a_secret_given_both_ways_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "url"
+    secret_file.write_text("postgresql://a@b/c")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://x@y/z")
+    monkeypatch.setenv("DATABASE_URL_FILE", str(secret_file))
+    with pytest.raises(SettingsFileError, match="both DATABASE_URL and DATABASE_URL_FILE"):
+        load_settings()
+
+
+def test_only_secrets_are_read_from_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    port_file.write_text("9999")
+    monkeypatch.setenv("JOBRELAY_API_PORT_FILE", str(port_file))
+    assert load_settings().api_port == 8000
+
+
+def test_a_file_secret_is_validated_like_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "url"
+    secret_file.write_text("postgresql://u:hunter2@db:notaport/jobs")
+    monkeypatch.setenv("DATABASE_URL_FILE", str(secret_file))
+    with pytest.raises(ValidationError) as info:
+        load_settings()
+    (line,) = [_setting_error(err) for err in info.value.errors()]
+    assert "the port 'notaport' is not a number" in line
+    assert "hunter2" not in line, "a setting error never echoes a secret"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("postgresql://x:y@host:notaport/db", "the port 'notaport' is not a number"),
+        ("postgresql://x:y@host:70000/db", "the port '70000' is not a number"),
+        ("mysql://x@host/db", "the scheme is 'mysql'"),
+        ("not a url at all", "neither a postgresql:// URL nor key=value pairs"),
+        ("postgresql://x:y@host:5432/db", None),
+        ("postgres://host/db?sslmode=require", None),
+        ("host=/tmp dbname=jobs password='a b'", None),
+    ],
+)
+def test_malformed_database_urls_are_named(url: str, problem: str | None) -> None:
+    found = database_url_problem(url)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+def test_the_environment_defaults_to_development_unless_a_command_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().env == "development"
+    assert load_settings(default_env="production").env == "production"
+    monkeypatch.setenv("JOBRELAY_ENV", "development")
+    assert load_settings(default_env="production").env == "development", "explicit wins"
+    monkeypatch.setenv("JOBRELAY_ENV", "production")
+    assert load_settings().env == "production"
+    monkeypatch.setenv("JOBRELAY_ENV", "staging")
+    with pytest.raises(ValidationError):
+        load_settings()
+
+
+def _production(**overrides: object) -> Settings:
+    return load_settings(default_env=None, env="production", **overrides)
+
+
+SAFE = {
+    "database_url": "postgresql://jobrelay@db/jobrelay",
+    "webhook_secrets": "whsec_cHJvZHVjdGlvbi1zZWNyZXQ=",
+    "auth_mode": "cognito",
+    "cognito_user_pool_id": "eu-west-1_AbC123",
+    "auth_client_ids": "client1",
+    "sqs_worker_webhook_url": "https://api.example.invalid/v1/webhooks/worker",
+}
+
+
+@pytest.mark.parametrize("process", ["api", "worker", "relay", "sqs-worker", "migrate"])
+def test_production_with_real_settings_starts(process: str) -> None:
+    settings = _production(**SAFE)
+    assert development_defaults(settings, process) == []  # type: ignore[arg-type]
+    require_safe_environment(settings, process)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("process", "missing", "named"),
+    [
+        ("api", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
+        ("sqs-worker", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
+        ("api", "auth_mode", "JOBRELAY_AUTH_MODE=local"),
+        ("api", "database_url", "DATABASE_URL"),
+        ("worker", "database_url", "DATABASE_URL"),
+        ("relay", "database_url", "DATABASE_URL"),
+        ("migrate", "database_url", "DATABASE_URL"),
+        ("sqs-worker", "sqs_worker_webhook_url", "JOBRELAY_SQS_WORKER_WEBHOOK_URL"),
+    ],
+)
+def test_production_refuses_each_development_default(
+    process: str, missing: str, named: str
+) -> None:
+    settings = _production(**{k: v for k, v in SAFE.items() if k != missing})
+    with pytest.raises(StartupError) as info:
+        require_safe_environment(settings, process)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert named in message and f"jobrelay {process}" in message
+    assert "\n" not in message
+    # The same settings are fine for development.
+    development = settings.model_copy(update={"env": "development"})
+    require_safe_environment(development, process)  # type: ignore[arg-type]
+
+
+def test_the_built_in_secret_is_refused_even_beside_a_real_one() -> None:
+    # Verifying with a public secret lets anyone sign outcomes, whatever else is listed.
+    settings = _production(
+        **{**SAFE, "webhook_secrets": f"whsec_cmVhbA==,{DEVELOPMENT_WEBHOOK_SECRET}"}
+    )
+    assert development_defaults(settings, "api") == [
+        "JOBRELAY_WEBHOOK_SECRETS (or JOBRELAY_WEBHOOK_SECRETS_FILE) holds the built-in "
+        "development secret"
+    ]
+
+
+def test_processes_refuse_only_what_they_use() -> None:
+    settings = _production(database_url=SAFE["database_url"])  # every other default
+    assert development_defaults(settings, "relay") == []
+    assert len(development_defaults(settings, "api")) == 2  # webhook secret, local auth
+    assert len(development_defaults(settings, "sqs-worker")) == 2  # secret, webhook URL
+
+
+def test_a_process_beside_a_running_up_is_development(tmp_path: Path) -> None:
+    # `jobrelay worker` next to `jobrelay up` joins that development stack; alone it is
+    # production.
+    assert load_cli_settings(default_env="production", data_dir=tmp_path).env == "production"
+    settings = load_settings(data_dir=tmp_path)
+    with recorded(
+        settings, api_url="http://127.0.0.1:1", aws_endpoint_url=None, emulator_started=False
+    ):
+        beside = load_cli_settings(default_env="production", data_dir=tmp_path)
+    assert beside.env == "development"
