@@ -202,8 +202,12 @@ class Relay:
         config: RelayConfig | None = None,
         metrics: RelayMetrics | None = None,
         actor: str = "relay",
+        listen_conninfo: str | None = None,
     ) -> None:
         self._pool = pool
+        # LISTEN needs a session: a direct connection when the pool goes through a
+        # transaction pooler; "" disables listening (poll only).
+        self._listen_conninfo = listen_conninfo
         self._sender = sender
         self._config = config or RelayConfig()
         self.metrics = metrics or RelayMetrics()
@@ -420,8 +424,8 @@ class Relay:
                 await asyncio.wait_for(stop.wait(), timeout=self._config.poll_interval_s)
 
     async def _listen(self, stop: asyncio.Event) -> None:
-        conninfo = self._pool.conninfo
-        if not isinstance(conninfo, str):
+        conninfo = self._pool.conninfo if self._listen_conninfo is None else self._listen_conninfo
+        if not isinstance(conninfo, str) or not conninfo:
             return  # a pool with computed connection strings: poll only
         while not stop.is_set():
             try:
