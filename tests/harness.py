@@ -243,6 +243,7 @@ class PgBouncer:
             "max_client_conn = 1000\n"
             "default_pool_size = 40\n"
             "ignore_startup_parameters = extra_float_digits,options\n"
+            "admin_users = postgres\n"
             f"logfile = {self.workdir / 'pgbouncer.log'}\n"
         )
         for path in (ini, self.workdir / "users.txt"):
