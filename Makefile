@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install up test lint typecheck layers unit lock bench clean docs
+.PHONY: install up test test-pg15 system-packages lint typecheck layers unit lock bench clean docs
 
 # Runs only when the lock changed. The first run takes minutes, so each phase says what it
 # does and pip shows every package it fetches (no -q on the lock step); later runs are silent.
@@ -36,8 +36,32 @@ layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
-test: lint typecheck layers
+test: SYSTEM_PACKAGES = pgbouncer
+test: system-packages lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The same suite on Debian's PostgreSQL 15 server (started by the test harness on a loopback
+# port with its own data directory) instead of the embedded PostgreSQL 18.
+test-pg15: system-packages lint typecheck layers
+	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider
+
+# Debian packages the tests start: PostgreSQL 15 (make test-pg15) and PgBouncer (the pooler
+# tests of both runs; all that `make test` needs). Installed with apt-get when missing (as
+# root), else named with the command that installs them.
+SYSTEM_PACKAGES ?= postgresql-15 pgbouncer
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "==> installing$$missing with apt-get"; \
+	    apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing (apt-get install -y$$missing)"; exit 1; \
+	  fi; \
+	fi
 
 # The generated references (settings, CLI, HTTP) under docs/reference/, from the code.
 docs: $(STAMP)

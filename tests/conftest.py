@@ -17,7 +17,14 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.aws.clients import AwsEndpoint, ensure_resources
 from jobrelay.aws.emulator import LocalEmulator
 from jobrelay.db.pool import Connection, open_pool
-from tests.harness import ApiHarness, AwsTestResources, PgServer, api_harness, start_server
+from tests.harness import (
+    ApiHarness,
+    AwsTestResources,
+    PgBouncer,
+    PgServer,
+    api_harness,
+    start_server,
+)
 
 # The suite runs the local stack's defaults (embedded PostgreSQL, built-in webhook secret,
 # local issuer), which `jobrelay api`, `worker`, `relay` and `sqs-worker` refuse when they
@@ -139,3 +146,13 @@ async def api(db_dsn: str, issuer_dir: Path) -> AsyncIterator[ApiHarness]:
     """The API over a fresh database; see `tests.harness.ApiHarness`."""
     async with api_harness(db_dsn, issuer_dir) as harness:
         yield harness
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction pooling mode in front of the session's server."""
+    bouncer = PgBouncer(pg_server, tmp_path_factory.mktemp("pgbouncer")).start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

@@ -79,6 +79,23 @@ class Settings(BaseSettings):
         "(development only).",
         json_schema_extra=_SECRET,
     )
+    database_direct_url: str | None = Field(
+        default=None,
+        description=(
+            "A direct (session) PostgreSQL URL to the same database as DATABASE_URL, for "
+            "LISTEN and migrations when DATABASE_URL goes through a transaction pooler; unset: "
+            "DATABASE_URL serves both (through a transaction pooler: polling, no LISTEN)."
+        ),
+    )
+    database_pooler: Literal["none", "transaction"] = Field(
+        default="none",
+        description=(
+            "`transaction` when DATABASE_URL goes through a transaction pooler such as "
+            "PgBouncer with pool_mode=transaction: no prepared statements, no session "
+            "settings, LISTEN only over JOBRELAY_DATABASE_DIRECT_URL; startup refuses (exit 2) "
+            "a DATABASE_URL whose clients each keep their own server session."
+        ),
+    )
     data_dir: Path = Field(
         default=Path(".jobrelay"),
         description="Local state: embedded PostgreSQL data, local token issuer keys.",

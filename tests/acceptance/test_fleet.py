@@ -7,6 +7,7 @@ delivered as two different children, and the survivors exit cleanly on SIGTERM."
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import time
@@ -20,9 +21,18 @@ import psycopg
 import pytest
 
 from jobrelay.aws.emulator import free_port
+from jobrelay.db.pool import open_pool
 from jobrelay.jobs.enqueue import EnqueueRequest
-from tests.harness import AwsTestResources, cli_env, jobrelay_command, run_cli, wait_until
-from tests.jobs_support import enqueue_sync, query
+from jobrelay.jobs.models import Enqueued
+from tests.harness import (
+    AwsTestResources,
+    PgBouncer,
+    cli_env,
+    jobrelay_command,
+    run_cli,
+    wait_until,
+)
+from tests.jobs_support import query, service
 
 pytestmark = pytest.mark.slow
 
@@ -77,10 +87,13 @@ class Fleet:
 
 
 @contextmanager
-def fleet(dsn: str, direct: str, emulator_url: str, resources: AwsTestResources, data_dir: Path) -> Iterator[tuple[Fleet, list[int]]]:
+def fleet(
+    dsn: str, direct: str, emulator_url: str, resources: AwsTestResources, data_dir: Path
+) -> Iterator[tuple[Fleet, list[int]]]:
     ports = [free_port(), free_port()]
     env = cli_env(
         DATABASE_URL=dsn,
+        JOBRELAY_DATABASE_POOLER="transaction",
         JOBRELAY_DATABASE_DIRECT_URL=direct,
         JOBRELAY_DATA_DIR=str(data_dir),
         JOBRELAY_AWS_ENDPOINT_URL=emulator_url,
@@ -158,6 +171,17 @@ def _jobs() -> list[EnqueueRequest]:
     return media + noop
 
 
+async def _enqueue_through_the_pooler(dsn: str, requests: list[EnqueueRequest]) -> list[Enqueued]:
+    """Bulk enqueue in one transaction, as a producer behind PgBouncer would (no prepared
+    statements)."""
+    pool = await open_pool(dsn, min_size=1, max_size=2, transaction_pooler=True)
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            return await service(pool).enqueue_many(requests, conn=conn)
+    finally:
+        await pool.close()
+
+
 def _progress(dsn: str) -> dict[str, int]:
     # One active job per dedupe key, sampled at every look (the unique index's promise).
     doubled = query(
@@ -188,11 +212,11 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
     headers = {"Authorization": f"Bearer {minted.stdout.strip()}"}
     started = time.monotonic()
     with fleet(fleet_dsn, db_dsn, emulator_url, aws_resources, data_dir) as (ships, ports):
-        enqueued = enqueue_sync(fleet_dsn, _jobs())
+        enqueued = asyncio.run(_enqueue_through_the_pooler(fleet_dsn, _jobs()))
         batch_ids = []
         for n in range(BATCHES):
             items = [
-                {"html": f"<html><head><title>p{n}-{i}</title></head><body><h1>{i}</h1></body></html>"}
+                {"html": f"<html><head><title>p{n}-{i}</title></head><body>{i}</body></html>"}
                 for i in range(ITEMS_PER_BATCH)
             ]
             response = httpx.post(
@@ -204,8 +228,9 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
             assert response.status_code == 201, response.text
             batch_ids.append(response.json()["id"])
         wait_until(
-            lambda: _progress(db_dsn)["jobs_done"] >= 500
-            and _progress(db_dsn)["items_done"] >= 200,
+            lambda: (
+                _progress(db_dsn)["jobs_done"] >= 500 and _progress(db_dsn)["items_done"] >= 200
+            ),
             timeout_s=180,
             what="some progress before the kills",
         )
@@ -213,21 +238,32 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
         for name in ("worker-1", "relay-1", "sqs-worker-1", "api-1"):
             ships.kill(name)  # SIGKILL: no release, no cleanup
         wait_until(
-            lambda: _progress(db_dsn) == {"jobs_done": NOOP_JOBS + MEDIA_JOBS, "items_done": BATCHES * ITEMS_PER_BATCH},
+            lambda: (
+                _progress(db_dsn)
+                == {"jobs_done": NOOP_JOBS + MEDIA_JOBS, "items_done": BATCHES * ITEMS_PER_BATCH}
+            ),
             timeout_s=420,
             what="every job and every batch item to end",
         )
         ships.alive()
         batches = [
-            httpx.get(f"http://127.0.0.1:{ports[1]}/v1/batches/{b}", headers=headers, timeout=10).json()
+            httpx.get(
+                f"http://127.0.0.1:{ports[1]}/v1/batches/{b}", headers=headers, timeout=10
+            ).json()
             for b in batch_ids
         ]
-    print(f"\nfleet: {NOOP_JOBS + MEDIA_JOBS} jobs and {BATCHES * ITEMS_PER_BATCH} items in {time.monotonic() - started:.0f}s")
+    print(
+        f"\nfleet: {NOOP_JOBS + MEDIA_JOBS} jobs and {BATCHES * ITEMS_PER_BATCH} items "
+        f"in {time.monotonic() - started:.0f}s"
+    )
     assert set(ships.codes.values()) == {0}, {n: ships.log(n) for n, c in ships.codes.items() if c}
 
     # Nothing lost: every job enqueued is stored once and completed.
     assert len({e.id for e in enqueued}) == NOOP_JOBS + MEDIA_JOBS
-    [jobs] = query(db_dsn, "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'completed') AS open FROM jobs")
+    [jobs] = query(
+        db_dsn,
+        "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'completed') AS open FROM jobs",
+    )
     assert (jobs["n"], jobs["open"]) == (NOOP_JOBS + MEDIA_JOBS, 0)
     # One fenced output per media request, written by the job that completed it.
     media = query(
@@ -245,15 +281,18 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
         "SELECT count(*) AS n, count(DISTINCT job_id) AS children, "
         "count(*) FILTER (WHERE dispatched_at IS NULL) AS undispatched FROM batch_item",
     )
-    assert (items["n"], items["children"], items["undispatched"]) == (BATCHES * ITEMS_PER_BATCH,) * 2 + (0,)
+    assert (items["n"], items["children"], items["undispatched"]) == (
+        BATCHES * ITEMS_PER_BATCH,
+    ) * 2 + (0,)
     [children] = query(
         db_dsn,
-        "SELECT count(*) AS n, count(*) FILTER (WHERE status = '1' AND result_url IS NOT NULL) AS done FROM page_import",
+        "SELECT count(*) AS n, "
+        "count(*) FILTER (WHERE status = '1' AND result_url IS NOT NULL) AS done FROM page_import",
     )
     assert (children["n"], children["done"]) == (BATCHES * ITEMS_PER_BATCH,) * 2
 
 
 @pytest.fixture
-def fleet_dsn(db_dsn: str) -> str:
-    """Where the fleet connects: the test database itself (PgBouncer when the harness has one)."""
-    return db_dsn
+def fleet_dsn(db_dsn: str, pgbouncer: PgBouncer) -> str:
+    """Where the fleet connects: PgBouncer (transaction pooling) in front of the test database."""
+    return pgbouncer.dsn(str(psycopg.conninfo.conninfo_to_dict(db_dsn)["dbname"]))

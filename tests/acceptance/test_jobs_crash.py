@@ -13,8 +13,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from jobrelay.db import migrate
-from jobrelay.db.embedded import EmbeddedPostgres
-from tests.harness import cli_env, jobrelay_command, wait_until
+from tests.harness import cli_env, jobrelay_command, own_server, wait_until
 
 
 def _worker(dsn: str, *, lease_s: float, concurrency: int = 4) -> subprocess.Popen[str]:
@@ -89,7 +88,7 @@ def test_sigkill_mid_job_is_reclaimed_and_finished_by_another_worker(db_dsn: str
 
 @pytest.mark.slow
 def test_postgres_restart_loses_no_job_and_workers_reconnect(tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "pgdata")
+    server = own_server(tmp_path / "pgdata")
     admin = server.start()
     try:
         with psycopg.connect(admin, autocommit=True) as conn:

@@ -16,20 +16,21 @@ from jobrelay.ops.check import create_dedupe_index
 from jobrelay.ops.control import set_pause
 from jobrelay.ops.duplicates import reconcile_duplicates, registry_policies
 from jobrelay.ops.logged import default_claim_check, set_logged
+from tests.harness import SystemPostgres, own_server
 from tests.jobs_support import build_registry
 from tests.legacy_jobs import LEGACY_ROW_COUNT, job_count, make_legacy, persistence
 
 POLICIES = registry_policies(build_registry(diag_enabled=True))
 
 
-def _crash_and_restart(server: EmbeddedPostgres) -> str:
+def _crash_and_restart(server: EmbeddedPostgres | SystemPostgres) -> str:
     server.stop(mode="immediate")
     return server.start()
 
 
 @pytest.mark.slow
 async def test_crash_empties_unlogged_jobs_but_not_after_set_logged(tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "pgdata")
+    server = own_server(tmp_path / "pgdata")
     dsn = server.start()
     try:
         migrate.upgrade(dsn)

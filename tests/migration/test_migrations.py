@@ -36,6 +36,9 @@ FINGERPRINT_SQL = [
     FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
     WHERE n.nspname = current_schema() AND c.conrelid <> 0
       AND c.conrelid::regclass::text <> 'alembic_version'
+      -- PostgreSQL 18 also records NOT NULL as constraints (contype 'n'), 15 does not: the
+      -- column lines above already say which columns are not null, on every version.
+      AND c.contype <> 'n'
     """,
     """
     SELECT 'trigger ' || tgrelid::regclass || ' ' || tgname FROM pg_trigger WHERE NOT tgisinternal

@@ -204,6 +204,7 @@ class Relay:
         config: RelayConfig | None = None,
         metrics: RelayMetrics | None = None,
         actor: str = "relay",
+        listen_conninfo: str | None = None,
     ) -> None:
         self._pool = pool
         self._sender = sender
@@ -219,8 +220,10 @@ class Relay:
         self.sweeper = Periodic(
             name="relay-sweeper", interval_s=self._config.poll_interval_s, run=self.sweep
         )
-        # A pool with computed connection strings has none to LISTEN with: poll only.
-        conninfo = pool.conninfo
+        # LISTEN needs a session: `listen_conninfo` is a direct connection when the pool goes
+        # through a transaction pooler; "" disables listening (poll only), and so does a pool
+        # with computed connection strings (none to LISTEN with).
+        conninfo = pool.conninfo if listen_conninfo is None else listen_conninfo
         self.listener = (
             NotifyListener(
                 conninfo=conninfo,
@@ -229,7 +232,7 @@ class Relay:
                 name="relay-listener",
                 interval_s=self._config.poll_interval_s,
             )
-            if isinstance(conninfo, str)
+            if isinstance(conninfo, str) and conninfo
             else None
         )
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import structlog
+
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db import migrate
 from jobrelay.db.embedded import (
@@ -16,9 +18,35 @@ from jobrelay.db.embedded import (
     EmbeddedPostgres,
     EmbeddedPostgresError,
 )
-from jobrelay.db.pool import check_connection
+from jobrelay.db.pool import check_connection, check_transaction_pooler
 from jobrelay.loops import wait_or_stop
 from jobrelay.settings import Settings
+
+log = structlog.get_logger("jobrelay.database")
+
+
+def through_transaction_pooler(settings: Settings) -> bool:
+    """True when DATABASE_URL is declared to go through a transaction pooler."""
+    return bool(settings.database_url) and settings.database_pooler == "transaction"
+
+
+def listen_conninfo(settings: Settings, component: str) -> str | None:
+    """The session connection `component` LISTENs on: the direct URL when set, None for the
+    pool's own connection string, "" for none (poll only: logged here, once per component).
+    """
+    if settings.database_url and settings.database_direct_url:
+        return settings.database_direct_url
+    if through_transaction_pooler(settings):
+        log.warning(
+            "database.listen_unavailable",
+            component=component,
+            detail=(
+                "DATABASE_URL goes through a transaction pooler, which cannot LISTEN, and "
+                "JOBRELAY_DATABASE_DIRECT_URL is unset: polling instead"
+            ),
+        )
+        return ""
+    return None
 
 
 @contextmanager
@@ -32,8 +60,14 @@ def database(
     `demo` attach to it and leave it running. `own_stack=True` is how `up` claims it.
     """
     if settings.database_url:
-        if run_migrations:
-            _migrate(settings.database_url, settings)
+        if through_transaction_pooler(settings):
+            asyncio.run(
+                check_transaction_pooler(
+                    settings.database_url, timeout_s=settings.db_connect_timeout_s
+                )
+            )
+        if run_migrations:  # DDL and the version table want a session: the direct URL
+            _migrate(settings.database_direct_url or settings.database_url, settings)
         yield settings.database_url
         return
     server = EmbeddedPostgres(settings.pgdata_dir)

@@ -7,6 +7,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import content, diagnostics
 from jobrelay.aws.clients import AwsEndpoint, QueueSender
+from jobrelay.bootstrap.database import listen_conninfo, through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
@@ -136,6 +137,7 @@ def worker_config(
     caps = parse_class_counts(
         settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
     )
+    listen = listen_conninfo(settings, "worker") if settings.worker_listen else None
     return WorkerConfig(
         concurrency=concurrency,
         slots=slots,
@@ -152,7 +154,9 @@ def worker_config(
             settings.worker_shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
         ),
         prefetch=settings.worker_prefetch,
-        listen=settings.worker_listen,
+        listen=settings.worker_listen and listen != "",
+        listen_conninfo=listen or None,
+        claim_session_settings=not through_transaction_pooler(settings),
         metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
     )
 

@@ -12,6 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
+from jobrelay.bootstrap.database import listen_conninfo, through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
 from jobrelay.db.pool import open_pool
@@ -74,7 +75,11 @@ async def run_relay(
             settings.relay_metrics_port, addr=settings.api_host, registry=metrics.registry
         )
     pool = await open_pool(
-        dsn, min_size=1, max_size=relay_pool_size(settings), timeout_s=settings.db_connect_timeout_s
+        dsn,
+        min_size=1,
+        max_size=relay_pool_size(settings),
+        timeout_s=settings.db_connect_timeout_s,
+        transaction_pooler=through_transaction_pooler(settings),
     )
     client_kwargs = endpoint.client_kwargs()
     client_kwargs["config"] = client_kwargs["config"].merge(
@@ -84,7 +89,11 @@ async def run_relay(
         async with get_session().create_client("sqs", **client_kwargs) as sqs:
             queue_url = await _queue_url(sqs, settings.sqs_queue_name, stop, config.poll_interval_s)
             relay = Relay(
-                pool=pool, sender=SqsSender(sqs, queue_url), config=config, metrics=metrics
+                pool=pool,
+                sender=SqsSender(sqs, queue_url),
+                config=config,
+                metrics=metrics,
+                listen_conninfo=listen_conninfo(settings, "relay"),
             )
             await relay.run(stop)
     finally:

@@ -17,6 +17,7 @@ from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import BatchService
+from jobrelay.bootstrap.database import through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
@@ -88,6 +89,7 @@ async def build_services(
         max_size=settings.db_pool_max,
         timeout_s=settings.db_connect_timeout_s,
         wait_s=settings.api_db_wait_s if serves_api else None,
+        transaction_pooler=through_transaction_pooler(settings),
     )
     issuer = local_issuer(settings) if settings.auth_mode == "local" else None
     aws = endpoint or aws_endpoint(settings)

@@ -21,6 +21,10 @@ class DatabaseUnavailable(JobrelayError):
     """PostgreSQL cannot be reached or refused the connection."""
 
 
+class PoolerMismatch(JobrelayError):
+    """DATABASE_URL does not behave like the connection pooler the settings declare."""
+
+
 # constraint name -> (error class, message) for violations a caller can cause.
 _CONSTRAINT_ERRORS: dict[str, tuple[type[JobrelayError], str]] = {
     "jobs_active_dedupe_key": (Conflict, "an active job with this dedupe key already exists"),

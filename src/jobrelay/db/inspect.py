@@ -30,7 +30,12 @@ class DatabaseReport:
 def database_report(dsn: str, *, timeout_s: float = 5.0) -> DatabaseReport:
     """Version, migration state and persistence of every table of the database at `dsn`."""
     try:
-        conn = psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s)), row_factory=dict_row)
+        conn = psycopg.connect(
+            dsn,
+            connect_timeout=max(1, int(timeout_s)),
+            row_factory=dict_row,
+            prepare_threshold=None,
+        )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {str(exc).strip()}"

@@ -31,7 +31,9 @@ def _config() -> Config:
 def _connection(dsn: str) -> Iterator[Connection]:
     # `creator` lets libpq parse the DSN, so socket paths and key=value strings work as-is.
     engine = create_engine(
-        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=pool.NullPool
+        "postgresql+psycopg://",
+        creator=lambda: psycopg.connect(dsn, prepare_threshold=None),
+        poolclass=pool.NullPool,
     )
     try:
         with engine.begin() as connection:

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, pool_async
 from psycopg_pool.base import AttemptWithBackoff
 
-from jobrelay.db.errors import DatabaseUnavailable, describe_dsn
+from jobrelay.db.errors import DatabaseUnavailable, PoolerMismatch, describe_dsn
 
 Connection = psycopg.AsyncConnection[dict[str, object]]
 
@@ -59,20 +59,27 @@ async def open_pool(
     max_size: int = 10,
     timeout_s: float = 5.0,
     wait_s: float | None = None,
+    transaction_pooler: bool = False,
 ) -> AsyncConnectionPool[Connection]:
     """Open a pool of dict-row connections; fail fast with `DatabaseUnavailable`.
 
     `wait_s` is how long a borrower waits for a connection before `PoolTimeout` (default:
     six connect timeouts); the API sets it short so an outage answers 503 instead of hanging.
     Lost connections are retried at most every `RECONNECT_CAP_S`.
+    `transaction_pooler`: `dsn` goes through a transaction pooler (PgBouncer
+    pool_mode=transaction), where consecutive transactions of one client may run on
+    different server connections: psycopg must not prepare statements there.
     """
     _install_capped_reconnect()
     await check_connection(dsn, timeout_s=timeout_s)
+    kwargs: dict[str, object] = {"row_factory": dict_row, "autocommit": True}
+    if transaction_pooler:
+        kwargs["prepare_threshold"] = None
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"row_factory": dict_row, "autocommit": True},
+        kwargs=kwargs,
         timeout=timeout_s * 6 if wait_s is None else wait_s,
         open=False,
         name="jobrelay",
@@ -84,7 +91,9 @@ async def open_pool(
 async def check_connection(dsn: str, *, timeout_s: float = 5.0) -> None:
     """Connect once and run `SELECT 1`; translate any failure into `DatabaseUnavailable`."""
     try:
-        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout_s)))
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=max(1, int(timeout_s)), prepare_threshold=None
+        )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {_first_line(exc)}. "
@@ -92,6 +101,46 @@ async def check_connection(dsn: str, *, timeout_s: float = 5.0) -> None:
         ) from exc
     async with conn:
         await conn.execute("SELECT 1")
+
+
+async def check_transaction_pooler(dsn: str, *, timeout_s: float = 5.0, rounds: int = 5) -> None:
+    """Raise `PoolerMismatch` unless `dsn` goes through a transaction pooler.
+
+    Two client connections run `SELECT pg_backend_pid()` in turn, each in its own
+    transaction. Behind transaction pooling the second one gets the server connection the
+    first just released (PgBouncer reuses the most recent idle one), so both report the same
+    backend: proof. A session pooler (or no pooler) gives each client its own backend for its
+    whole life, so the pids never match. Other clients of a busy pooler can take the
+    released server connection first, so the check repeats `rounds` times and one match is
+    enough. It cannot tell a session pooler from a direct connection: both are refused.
+    """
+    timeout = max(1, int(timeout_s))
+    try:
+        first = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=timeout, autocommit=True, prepare_threshold=None
+        )
+        second = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=timeout, autocommit=True, prepare_threshold=None
+        )
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {_first_line(exc)}. "
+            "Check DATABASE_URL."
+        ) from exc
+    async with first, second:
+        for _ in range(rounds):
+            pids: set[object] = set()
+            for conn in (first, second):
+                cursor = await conn.execute("SELECT pg_backend_pid()")
+                row = await cursor.fetchone()
+                pids.add(row[0] if row else None)
+            if len(pids) == 1:
+                return
+    raise PoolerMismatch(
+        f"JOBRELAY_DATABASE_POOLER=transaction, but each client of {describe_dsn(dsn)} keeps "
+        "its own server session (a PgBouncer with pool_mode=session, or no pooler): set "
+        "pool_mode=transaction on the pooler, or JOBRELAY_DATABASE_POOLER=none"
+    )
 
 
 @asynccontextmanager

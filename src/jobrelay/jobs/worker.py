@@ -103,6 +103,11 @@ class WorkerConfig:
     `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
     `retention_s`: finished jobs older than this are pruned (None: never).
     `prune_log_threshold`: a prune pass deleting more rows than this logs a warning.
+    `listen_conninfo`: the session connection the listener uses (default: the pool's); a
+    transaction pooler cannot LISTEN, so it takes a direct one.
+    `claim_session_settings`: False when the pool goes through a transaction pooler, where
+    session settings would leak to other clients' server connections (claims then commit
+    synchronously, like every other write).
     """
 
     concurrency: int | None = None
@@ -119,6 +124,8 @@ class WorkerConfig:
     shutdown_grace_s: float = 10.0
     prefetch: int = 0
     listen: bool = True
+    listen_conninfo: str | None = None
+    claim_session_settings: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
     shared: bool = field(init=False, default=False)  # built from `concurrency` alone
@@ -273,11 +280,13 @@ class Worker:
             min_size=1,
             max_size=1,
             timeout=pool.timeout,
-            configure=claims.configure_claim_session,
+            configure=claims.configure_claim_session if config.claim_session_settings else None,
             open=False,
             name=f"{pool.name}-claims",
         )
-        conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
+        conninfo = config.listen_conninfo or (
+            pool.conninfo if isinstance(pool.conninfo, str) else ""
+        )
         self._listen = config.listen and bool(conninfo)
         self.listener = NotifyListener(
             conninfo=conninfo, listen=[LISTEN_JOBS], notified=self._more_work, name="jobs-listener"

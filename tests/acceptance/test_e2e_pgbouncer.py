@@ -1,0 +1,83 @@
+"""The end-to-end flow through PgBouncer in transaction pooling mode (issue 13): `jobrelay
+api`, `relay`, `worker` and `sqs-worker` as real processes whose DATABASE_URL is the
+bouncer, with the direct URL (LISTEN, migrations) on the server itself. A batch of page
+imports goes through the relay, SQS, the reference worker and signed webhooks; a Code2WF
+generation goes through the jobs engine's worker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from jobrelay.aws.clients import AwsEndpoint
+from tests.acceptance.test_e2e_stack import (
+    _manifests_match_their_hashes,
+    _submit,
+    _tenant,
+    _terminal,
+)
+from tests.e2e_support import page_server, running_stack, token
+from tests.harness import AwsTestResources, PgBouncer, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_batch_and_code2wf_end_to_end_through_pgbouncer_transaction_pooling(
+    db_dsn: str,
+    pgbouncer: PgBouncer,
+    emulator_url: str,
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+    tmp_path: Path,
+) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(db_dsn)["dbname"]
+    pooled = pgbouncer.dsn(str(dbname))
+    project_id = _tenant(db_dsn, "alice")
+    headers = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
+    with (
+        running_stack(
+            pooled,
+            emulator_url,
+            aws_resources,
+            tmp_path,
+            JOBRELAY_DATABASE_POOLER="transaction",
+            JOBRELAY_DATABASE_DIRECT_URL=db_dsn,
+        ) as stack,
+        page_server(20) as urls,
+    ):
+        batch_id = _submit(stack, headers, project_id, urls)
+        batch = _terminal(stack, headers, batch_id)
+        assert batch["status"] == "1", batch
+        assert batch["counts"]["completed"] == 20
+
+        items = httpx.get(f"{stack.base_url}/v1/batches/{batch_id}/items", headers=headers)
+        page_import_id = items.json()["items"][0]["jobId"]
+        created = httpx.post(
+            f"{stack.base_url}/v1/projects/{project_id}/code2wf",
+            json={"pageImportId": page_import_id, "figmaFileKey": "FIG1", "screenId": "mobile"},
+            headers=headers,
+        )
+        assert created.status_code == 201, created.text
+        code2wf_id = created.json()["code2wfId"]
+
+        def finished() -> dict[str, Any] | None:
+            row = httpx.get(f"{stack.base_url}/v1/code2wf/{code2wf_id}", headers=headers).json()
+            return row if row["status"] != "0" else None
+
+        row = wait_until(finished, timeout_s=120, interval_s=0.2, what="the generation")
+        assert row["status"] == "1", row
+        logs = {name: stack.log(name) for name in ("api", "relay", "worker")}
+    assert asyncio.run(_manifests_match_their_hashes(db_dsn, aws, aws_resources.bucket)) == 20
+    for name, text in logs.items():
+        assert "prepared statement" not in text, (name, text)
+        assert "listen_unavailable" not in text, (name, text)  # the direct URL LISTENs
+    # The API, relay and worker reached the database only through the bouncer (the direct
+    # URL serves LISTEN and migrations): their connections are the bouncer's, not ours.
+    with psycopg.connect(pgbouncer.dsn("pgbouncer"), autocommit=True) as admin:
+        pools = admin.execute("SHOW POOLS").fetchall()
+    assert any(row[0] == dbname for row in pools), pools
