@@ -89,6 +89,7 @@ _CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=1.0)
 _FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
 _DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
 _DEFAULT_CONCURRENCY = 10
+_FORGET_TIMEOUT_S = 2.0  # deleting the heartbeat row on stop; a stale row is harmless
 
 
 def default_worker_id() -> str:
@@ -409,10 +410,10 @@ class Worker:
 
     async def _forget(self) -> None:
         """Stop announcing and delete this worker's heartbeat row; when the database is
-        unreachable the row is left to go stale (a stop never waits on it for long)."""
+        unreachable the row is left to go stale (a stop waits at most 2 s for it)."""
         await self.presence.stop()
         try:
-            async with asyncio.timeout(self.config.lease_s), self._pool.connection() as conn:
+            async with asyncio.timeout(_FORGET_TIMEOUT_S), self._pool.connection() as conn:
                 await presence.forget(conn, worker_id=self.worker_id)
         except Exception:
             log.warning("could not delete worker %s's heartbeat row", self.worker_id, exc_info=True)
