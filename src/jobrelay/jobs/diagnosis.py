@@ -26,7 +26,7 @@ what never resolves by itself to what does:
 8. `class_at_cap`: its class has a global cap (`JOBRELAY_JOBS_GLOBAL_CAPS`, passed in: the
    database does not know it) and that many running jobs hold the class's slots (named).
 9. `claimable`: nothing blocks it; a worker should take it soon (`ahead_in_class` counts the
-   claimable jobs of its class before it, up to 10,000).
+   claimable jobs of its class without a source key before it, up to 10,000).
 
 Superseded and merged: enqueue with policy `supersede` or `merge` rewrites the active job in
 place (same id, revision bumped), so no job is ever replaced by another one there; the only

@@ -133,7 +133,9 @@ class DiagnosisOut(ApiModel):
     workers: WorkersSeenOut
     global_cap: int | None
     class_running: int = Field(description="Running jobs holding a slot of the class's cap")
-    ahead_in_class: int = Field(description="Claimable jobs of its class before it (<= 10000)")
+    ahead_in_class: int = Field(
+        description="Claimable jobs of its class without a source key before it (<= 10000)"
+    )
     replaced_by: uuid.UUID | None
 
     @classmethod
