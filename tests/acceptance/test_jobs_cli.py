@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jobrelay.api.routes.jobs import JobOut
+from jobrelay.api.routes.jobs import DiagnosisOut, JobOut
 from tests.harness import cli_env, jobrelay_command, wait_until
 
 
@@ -52,3 +52,20 @@ def test_enqueue_run_show_list_and_bad_input(db_dsn: str) -> None:
     assert listed["items"][0]["attemptCount"] == 1
     bad = _jobs(db_dsn, "enqueue", "no.such.type")
     assert bad.returncode == 2 and "unknown job type" in bad.stderr
+
+
+def test_why_prints_the_diagnosis_as_the_api_sends_it(db_dsn: str) -> None:
+    created = _jobs(db_dsn, "enqueue", "diag.noop", "--delay", "3600")
+    assert created.returncode == 0, created.stderr
+    job_id = json.loads(created.stdout)["id"]
+    why = _jobs(db_dsn, "why", job_id)
+    assert why.returncode == 0, why.stderr
+    body = json.loads(why.stdout)
+    assert set(body) == {f.alias for f in DiagnosisOut.model_fields.values()}
+    # No worker has ever announced itself; the delay is the next blocker.
+    assert (body["reason"], body["also"]) == ("no_worker", ["delayed"])
+    assert body["jobId"] == job_id and 3000 < body["waitSeconds"] <= 3600
+    bad = _jobs(db_dsn, "why", "not-a-uuid")
+    assert bad.returncode == 2 and "invalid job id" in bad.stderr
+    missing = _jobs(db_dsn, "why", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 2 and "not found" in missing.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jobrelay.api.routes.jobs import DiagnosisOut
+from jobrelay.jobs import claims, presence
 from tests.harness import ApiHarness
 
 
@@ -88,3 +90,34 @@ async def test_media_status_per_id(api: ApiHarness) -> None:
     assert items[0]["revision"] == 2
     empty = await api.client.get("/v1/media/status", headers=h)
     assert empty.status_code == 422
+
+
+async def test_diagnosis_names_the_job_running_on_the_same_source(api: ApiHarness) -> None:
+    h = api.headers("root", admin=True)
+    sleep = {"type": "diag.sleep", "payload": {"seconds": 1, "sourceKey": "source:9"}}
+    first = (await api.client.post("/v1/jobs", json=sleep, headers=h)).json()["id"]
+    second = (await api.client.post("/v1/jobs", json=sleep, headers=h)).json()["id"]
+    async with api.services.pool.connection() as conn:
+        await presence.announce(
+            conn, worker_id="w-api", class_slots={"default": 2}, global_caps={}, interval_s=10
+        )
+        [claimed] = await claims.claim(conn, worker_id="w-api", limit=1, lease_s=30)
+    assert str(claimed.id) == first
+    got = await api.client.get(f"/v1/jobs/{second}/diagnosis", headers=h)
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert body["reason"] == "source_busy" and body["jobId"] == second
+    assert [(b["id"], b["status"], b["claimedBy"]) for b in body["blockingJobs"]] == [
+        (first, "in_progress", "w-api")
+    ]
+    assert first in body["message"] and body["workers"]["live"] == ["w-api"]
+    assert set(body) == {f.alias for f in DiagnosisOut.model_fields.values()}
+    running = (await api.client.get(f"/v1/jobs/{first}/diagnosis", headers=h)).json()
+    assert running["reason"] == "running" and running["holderAlive"] is True
+    missing = await api.client.get(
+        "/v1/jobs/00000000-0000-0000-0000-000000000000/diagnosis", headers=h
+    )
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
+    member = await api.client.get(f"/v1/jobs/{second}/diagnosis", headers=api.headers("bob"))
+    assert member.status_code == 403

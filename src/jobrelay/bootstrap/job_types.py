@@ -92,6 +92,9 @@ def jobs_service(
             failpoints=failpoints,
         ),
         failpoints=failpoints,
+        global_caps=parse_class_counts(
+            settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
+        ),
     )
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -13,7 +13,8 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
 from jobrelay.domain.jobs import JobStatus
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, diagnosis
+from jobrelay.jobs.diagnosis import Diagnosis
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued, Job, JobPage
@@ -39,6 +40,8 @@ class JobsService:
     registry: Registry
     enqueuer: Enqueuer
     failpoints: Failpoints = NO_FAILPOINTS
+    # The workers' JOBRELAY_JOBS_GLOBAL_CAPS, for diagnoses (the database does not hold them).
+    global_caps: Mapping[str, int] = field(default_factory=dict)
 
     async def enqueue(self, request: EnqueueRequest, *, conn: Connection | None = None) -> Enqueued:
         """Enqueue one job; pass `conn` to make it part of the caller's transaction."""
@@ -83,6 +86,13 @@ class JobsService:
             rows = await cursor.fetchall()
         jobs = [Job.from_row(row) for row in rows[:limit]]
         return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
+
+    async def diagnose(self, job_id: uuid.UUID) -> Diagnosis:
+        """Why the job is not running (or is): `jobrelay.jobs.diagnosis`; raises `NotFound`."""
+        async with self.pool.connection() as conn:
+            return await diagnosis.diagnose(
+                conn, job_id, registry=self.registry, global_caps=self.global_caps
+            )
 
     async def cancel(self, job_id: uuid.UUID) -> Job:
         """Cancel a pending or running job (a running handler loses its lease), with its

@@ -20,6 +20,10 @@ flush loops are hot paths: they keep their own `while` and use the same `Backoff
   the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
 * `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the claim
   loop on each notification and after each reconnect.
+* `jobrelay-worker-presence`: a `Periodic` upserting this worker's `worker_heartbeat` row
+  (id, slots per class, global caps) every lease/3 (`jobs.presence`); the row is deleted
+  when the worker stops claiming on a clean stop. Diagnoses read it ("no worker serves
+  this class").
 * `LeaseRescuer`, `ParentReconciler`, `Pruner`, the declared sweeps: see `maintenance.py`.
 
 Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, let running jobs
@@ -58,7 +62,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Completion, Done
 from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
@@ -85,6 +89,7 @@ _CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=1.0)
 _FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
 _DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
 _DEFAULT_CONCURRENCY = 10
+_FORGET_TIMEOUT_S = 2.0  # deleting the heartbeat row on stop; a stale row is harmless
 
 
 def default_worker_id() -> str:
@@ -301,6 +306,9 @@ class Worker:
             )
             for sweep in registry.sweeps
         ]
+        self.presence = Periodic(
+            name="worker-presence", interval_s=config.heartbeat_interval_s, run=self._announce
+        )
         self.pruner: Pruner | None = None
         if config.retention_s is not None:
             self.pruner = Pruner(
@@ -320,7 +328,13 @@ class Worker:
         return self._claim_idle
 
     def _loops(self) -> list[Loop]:
-        loops: list[Loop] = [self.keeper, self.rescuer, self.reconciler, *self.sweeps]
+        loops: list[Loop] = [
+            self.presence,
+            self.keeper,
+            self.rescuer,
+            self.reconciler,
+            *self.sweeps,
+        ]
         if self._listen:
             loops.append(self.listener)
         if self.pruner is not None:
@@ -356,6 +370,7 @@ class Worker:
         claim_task, flush_task = self._tasks
         await asyncio.gather(claim_task, return_exceptions=True)
         await self._claim_pool.close()
+        await self._forget()  # claims no more: no longer serves its classes
         await self._release_backlog()
         running = [run.task for run in self._runs.values() if run.task is not None]
         if running:
@@ -379,6 +394,29 @@ class Worker:
             await stop.wait()
         finally:
             await self.stop()
+
+    # -- presence --------------------------------------------------------------------
+
+    async def _announce(self) -> int:
+        async with self._pool.connection() as conn:
+            await presence.announce(
+                conn,
+                worker_id=self.worker_id,
+                class_slots=self.config.class_slots,
+                global_caps=self.config.global_caps,
+                interval_s=self.config.heartbeat_interval_s,
+            )
+        return 0
+
+    async def _forget(self) -> None:
+        """Stop announcing and delete this worker's heartbeat row; when the database is
+        unreachable the row is left to go stale (a stop waits at most 2 s for it)."""
+        await self.presence.stop()
+        try:
+            async with asyncio.timeout(_FORGET_TIMEOUT_S), self._pool.connection() as conn:
+                await presence.forget(conn, worker_id=self.worker_id)
+        except Exception:
+            log.warning("could not delete worker %s's heartbeat row", self.worker_id, exc_info=True)
 
     # -- claim loop --------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Jobs endpoints (admin role): enqueue, read, list, cancel, retry; media processing status."""
+"""Jobs endpoints (admin role): enqueue, read, list, cancel, retry, diagnosis; media
+processing status."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from jobrelay.api.deps import AdminDep, ServicesDep
 from jobrelay.api.schemas import ApiModel
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs import EnqueueOutcome
+from jobrelay.jobs.diagnosis import Diagnosis, Reason
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import Job
 
@@ -67,6 +69,78 @@ class EnqueuedOut(ApiModel):
 class JobPageOut(ApiModel):
     items: list[JobOut]
     next_cursor: uuid.UUID | None
+
+
+class BlockingJobOut(ApiModel):
+    id: uuid.UUID
+    type: str
+    status: str
+    claimed_by: str | None
+    lease_expires_at: dt.datetime | None
+    class_slot: int | None
+
+
+class ChildCountsOut(ApiModel):
+    total: int
+    active: int
+    completed: int
+    failed: int
+    cancelled: int
+
+
+class PauseStateOut(ApiModel):
+    claims_paused: bool
+    reason: str | None
+    updated_by: str
+    updated_at: dt.datetime
+
+
+class WorkersSeenOut(ApiModel):
+    live: list[str] = Field(description="Live workers serving the job's class (at most 20)")
+    live_count: int
+    live_any_class: int
+    last_worker: str | None = Field(description="The last worker of the class seen, live or not")
+    last_heartbeat_at: dt.datetime | None
+
+
+class DiagnosisOut(ApiModel):
+    """Why a job is not running (or is); see docs/reference/job_types.md, "Why isn't
+    this job running?"."""
+
+    job_id: uuid.UUID
+    type: str
+    status: str
+    reason: Reason = Field(description="The first blocker, in the documented precedence")
+    message: str
+    also: list[Reason] = Field(description="Other blockers that hold too, in precedence order")
+    checked_at: dt.datetime = Field(description="Database time of the reading")
+    concurrency_class: str
+    source_key: str | None
+    attempt_count: int
+    max_attempts: int
+    available_at: dt.datetime
+    wait_seconds: float = Field(description="Seconds until availableAt (0 when available)")
+    last_error: str | None
+    claimed_by: str | None
+    lease_expires_at: dt.datetime | None
+    holder_alive: bool | None = Field(description="Whether the claiming worker's heartbeat is live")
+    blocking_jobs: list[BlockingJobOut] = Field(
+        description="The job(s) named as the blocker: the source's running job, the source's "
+        "next job, the holders of the class's slots, the replacing job, the cancelled parent"
+    )
+    children: ChildCountsOut | None
+    pause: PauseStateOut
+    workers: WorkersSeenOut
+    global_cap: int | None
+    class_running: int = Field(description="Running jobs holding a slot of the class's cap")
+    ahead_in_class: int = Field(
+        description="Claimable jobs of its class without a source key before it (<= 10000)"
+    )
+    replaced_by: uuid.UUID | None
+
+    @classmethod
+    def of(cls, diagnosis: Diagnosis) -> DiagnosisOut:
+        return cls.model_validate(diagnosis)
 
 
 class MediaStatusOut(ApiModel):
@@ -160,6 +234,17 @@ async def cancel_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> J
 )
 async def retry_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
     return JobOut.of(await services.jobs.retry(job_id))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/diagnosis",
+    response_model=DiagnosisOut,
+    summary="Why isn't this job running? One answer from the database's state, with the "
+    "blocking thing named",
+    responses={404: {"description": "no such job"}},
+)
+async def diagnose_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> DiagnosisOut:
+    return DiagnosisOut.of(await services.jobs.diagnose(job_id))
 
 
 @router.get(

@@ -16,7 +16,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-from jobrelay.api.routes.jobs import JobOut, JobPageOut
+from jobrelay.api.routes.jobs import DiagnosisOut, JobOut, JobPageOut
 from jobrelay.bootstrap import (
     Services,
     WorkerConfig,
@@ -190,6 +190,12 @@ def cancel_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
 def retry_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Put a failed or cancelled job back to pending with fresh attempts."""
     _print(JobOut.of(_with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
+
+
+@jobs_app.command("why")
+def why_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Why isn't this job running? The reason, a sentence and the blocker by name."""
+    _print(DiagnosisOut.of(_with_services(lambda s: s.jobs.diagnose(_job_id(job_id)))))
 
 
 _MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
