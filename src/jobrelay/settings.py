@@ -174,6 +174,18 @@ class Settings(BaseSettings):
         description="How long an API request waits for a database connection before it "
         "answers 503 with Retry-After (a database outage is never a hang).",
     )
+    api_metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token Prometheus presents on the API's /metrics; unset, /metrics "
+        "needs an admin's JWT like the console endpoints.",
+    )
+    api_metrics_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="How long one /metrics scrape may read the database; groups not read by "
+        "then are left out (jobrelay_db_scrape_complete 0), nothing read at all is a 503.",
+    )
     api_max_body_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Request body cap (larger is a 413)."
     )

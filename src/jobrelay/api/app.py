@@ -8,7 +8,18 @@ from jobrelay import __version__
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi
 from jobrelay.api.problems import install_problem_handlers
-from jobrelay.api.routes import batches, children, code2wf, dev, health, jobs, tenancy, webhooks
+from jobrelay.api.routes import (
+    batches,
+    children,
+    code2wf,
+    console,
+    dev,
+    health,
+    jobs,
+    metrics,
+    tenancy,
+    webhooks,
+)
 from jobrelay.bootstrap import Services
 
 
@@ -30,6 +41,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(children.router)
     app.include_router(webhooks.router)
     app.include_router(code2wf.router)
+    app.include_router(console.router)
+    app.include_router(metrics.router)
     # Development only: production refuses local auth at startup, and even a production
     # object built in-process (tests, embedding) never publishes the local issuer's keys.
     if services.local_issuer is not None and services.settings.env == "development":

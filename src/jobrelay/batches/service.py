@@ -122,6 +122,17 @@ def _view(row: dict[str, Any], counts: BatchCounts) -> BatchView:
     )
 
 
+async def processing_batches(conn: Connection, *, limit: int) -> list[BatchView]:
+    """Batches in progress (derived status '0'), oldest first, at most `limit`, each with its
+    derived counts; call inside a transaction (REPEATABLE READ for one snapshot)."""
+    rows = await (await conn.execute(_SQL.processing_batches, {"limit": limit})).fetchall()
+    views = []
+    for row in rows:
+        counts = await batch_counts(conn, str(row["id"]), str(row["type"]))
+        views.append(_view(row, counts))
+    return views
+
+
 class BatchService:
     def __init__(self, pool: AsyncConnectionPool[Connection], limits: BatchLimits) -> None:
         self._pool = pool

@@ -21,6 +21,7 @@ from jobrelay.bootstrap.database import through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
+from jobrelay.console import ConsoleService
 from jobrelay.content.service import MediaService
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.errors import NotFound
@@ -47,6 +48,7 @@ class Services:
     children: ChildService
     worker_webhooks: WorkerWebhooks
     code2wf: Code2WfService
+    console: ConsoleService
     local_issuer: LocalIssuer | None = None
 
     async def read_result(self, key: str) -> bytes:
@@ -108,6 +110,7 @@ async def build_services(
             children=ChildService(pool),
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
             code2wf=Code2WfService(pool, jobs),
+            console=ConsoleService(pool, jobs.global_caps),
             local_issuer=issuer,
         )
     finally:
