@@ -38,7 +38,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_secret_setting_is_known_as_one() -> None:
     # A SecretStr field is a secret by its type; DATABASE_URL is marked (it holds a password).
-    assert SECRET_FIELDS == ["database_url", "webhook_secrets"]
+    assert SECRET_FIELDS == ["api_metrics_token", "database_url", "webhook_secrets"]
     for name, field in Settings.model_fields.items():
         if "SecretStr" in str(field.annotation):
             assert name in SECRET_FIELDS
