@@ -35,6 +35,8 @@ Environment = Literal["development", "production"]
 
 # Public (it is in the source): production refuses to start with it.
 DEVELOPMENT_WEBHOOK_SECRET = "whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ=="
+# Public too: signs the console's session cookie in development; production refuses it.
+DEVELOPMENT_UI_SESSION_SECRET = "jobrelay-local-development-ui-session-secret"
 
 # libpq's key=value form: `host=db port=5432 password='a b'` (psycopg is not imported here:
 # the SQS workers read these settings and must not depend on a database driver).
@@ -185,6 +187,17 @@ class Settings(BaseSettings):
         le=60,
         description="How long one /metrics scrape may read the database; groups not read by "
         "then are left out (jobrelay_db_scrape_complete 0), nothing read at all is a 503.",
+    )
+    ui_session_secret: SecretStr = Field(
+        default=SecretStr(DEVELOPMENT_UI_SESSION_SECRET),
+        description="Signs the console's (/ui) session cookie (itsdangerous); production "
+        "refuses the built-in development value.",
+    )
+    ui_session_ttl_s: int = Field(
+        default=8 * 3600,
+        ge=60,
+        le=7 * 86400,
+        description="How long a console session (its cookie and the token inside) lasts.",
     )
     api_max_body_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Request body cap (larger is a 413)."

@@ -38,7 +38,12 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_secret_setting_is_known_as_one() -> None:
     # A SecretStr field is a secret by its type; DATABASE_URL is marked (it holds a password).
-    assert SECRET_FIELDS == ["api_metrics_token", "database_url", "webhook_secrets"]
+    assert SECRET_FIELDS == [
+        "api_metrics_token",
+        "database_url",
+        "ui_session_secret",
+        "webhook_secrets",
+    ]
     for name, field in Settings.model_fields.items():
         if "SecretStr" in str(field.annotation):
             assert name in SECRET_FIELDS
@@ -60,6 +65,7 @@ def test_every_secret_setting_is_known_as_one() -> None:
             "webhook_secrets",
             ["whsec_a", "whsec_b"],
         ),
+        ("JOBRELAY_UI_SESSION_SECRET", "console-key\n", "ui_session_secret", "console-key"),
     ],
 )
 def test_a_secret_comes_from_its_file_stripped(
@@ -74,6 +80,8 @@ def test_a_secret_comes_from_its_file_stripped(
     secret_file.write_text(content)
     monkeypatch.setenv(f"{variable}_FILE", str(secret_file))
     value = getattr(load_settings(), field)
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
     if isinstance(value, list):
         value = [item.get_secret_value() if isinstance(item, SecretStr) else item for item in value]
     assert value == expected
@@ -174,6 +182,7 @@ SAFE = {
     "cognito_user_pool_id": "eu-west-1_AbC123",
     "auth_client_ids": "client1",
     "sqs_worker_webhook_url": "https://api.example.invalid/v1/webhooks/worker",
+    "ui_session_secret": "a-real-console-session-secret",
 }
 
 
@@ -190,6 +199,7 @@ def test_production_with_real_settings_starts(process: str) -> None:
         ("api", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
         ("sqs-worker", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
         ("api", "auth_mode", "JOBRELAY_AUTH_MODE=local"),
+        ("api", "ui_session_secret", "JOBRELAY_UI_SESSION_SECRET"),
         ("api", "database_url", "DATABASE_URL"),
         ("worker", "database_url", "DATABASE_URL"),
         ("relay", "database_url", "DATABASE_URL"),
@@ -225,7 +235,7 @@ def test_the_built_in_secret_is_refused_even_beside_a_real_one() -> None:
 def test_processes_refuse_only_what_they_use() -> None:
     settings = _production(database_url=SAFE["database_url"])  # every other default
     assert development_defaults(settings, "relay") == []
-    assert len(development_defaults(settings, "api")) == 2  # webhook secret, local auth
+    assert len(development_defaults(settings, "api")) == 3  # webhook/UI secrets, local auth
     assert len(development_defaults(settings, "sqs-worker")) == 2  # secret, webhook URL
 
 

@@ -20,6 +20,7 @@ from jobrelay.api.routes import (
     tenancy,
     webhooks,
 )
+from jobrelay.api.ui import create_ui
 from jobrelay.bootstrap import Services
 
 
@@ -43,6 +44,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(code2wf.router)
     app.include_router(console.router)
     app.include_router(metrics.router)
+    app.mount("/ui", create_ui(services))
     # Development only: production refuses local auth at startup, and even a production
     # object built in-process (tests, embedding) never publishes the local issuer's keys.
     if services.local_issuer is not None and services.settings.env == "development":

@@ -178,6 +178,22 @@ class BatchService:
             counts = await batch_counts(conn, batch_id, str(row["type"]))
         return _view(row, counts)
 
+    async def list_for_project(
+        self, project_id: int, *, limit: int, offset: int = 0
+    ) -> tuple[list[BatchView], bool]:
+        """A project's visible batches, newest first, each with its derived counts, and
+        whether more follow. The caller checks the project's scope (services never check
+        membership)."""
+        async with transaction(self._pool) as conn:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            params = {"project_id": project_id, "limit": limit + 1, "offset": offset}
+            rows = await (await conn.execute(_SQL.list_project_batches, params)).fetchall()
+            views = [
+                _view(row, await batch_counts(conn, str(row["id"]), str(row["type"])))
+                for row in rows[:limit]
+            ]
+        return views, len(rows) > limit
+
     async def items(self, batch_id: str, *, after: int, limit: int) -> ItemPage:
         """Items with `position > after` in input order; `next_after` is None on the last page."""
         async with transaction(self._pool) as conn:

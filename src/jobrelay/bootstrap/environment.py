@@ -7,6 +7,8 @@ shared host:
 
 * the built-in webhook secret (it is in the source, so anyone could sign worker outcomes):
   the API verifies with it, an SQS worker signs with it;
+* the built-in console session secret (`JOBRELAY_UI_SESSION_SECRET`: anyone could forge a
+  console session with it): the API;
 * `JOBRELAY_AUTH_MODE=local` (the local token issuer, whose `/dev/*` routes publish its keys
   and whose private key sits in the data directory): the API;
 * no `DATABASE_URL` (the embedded PostgreSQL in the data directory, one host's disk): the
@@ -24,7 +26,7 @@ from __future__ import annotations
 from typing import Literal
 
 from jobrelay.bootstrap.errors import StartupError
-from jobrelay.settings import DEVELOPMENT_WEBHOOK_SECRET, Settings
+from jobrelay.settings import DEVELOPMENT_UI_SESSION_SECRET, DEVELOPMENT_WEBHOOK_SECRET, Settings
 
 ProcessKind = Literal["api", "worker", "relay", "sqs-worker", "migrate"]
 
@@ -41,6 +43,14 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
     ):
         problems.append(
             "JOBRELAY_WEBHOOK_SECRETS (or JOBRELAY_WEBHOOK_SECRETS_FILE) holds the built-in "
+            "development secret"
+        )
+    if (
+        process == "api"
+        and settings.ui_session_secret.get_secret_value() == DEVELOPMENT_UI_SESSION_SECRET
+    ):
+        problems.append(
+            "JOBRELAY_UI_SESSION_SECRET (or JOBRELAY_UI_SESSION_SECRET_FILE) is the built-in "
             "development secret"
         )
     if process == "api" and settings.auth_mode == "local":

@@ -87,6 +87,12 @@ class JobsService:
         jobs = [Job.from_row(row) for row in rows[:limit]]
         return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
 
+    async def children(self, job_id: uuid.UUID, *, limit: int = 50) -> list[Job]:
+        """The job's children, oldest first, at most `limit` (an unknown id has none)."""
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_QUERIES.list_children, {"id": job_id, "limit": limit})
+            return [Job.from_row(row) for row in await cursor.fetchall()]
+
     async def diagnose(self, job_id: uuid.UUID) -> Diagnosis:
         """Why the job is not running (or is): `jobrelay.jobs.diagnosis`; raises `NotFound`."""
         async with self.pool.connection() as conn:

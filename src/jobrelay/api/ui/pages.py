@@ -1,0 +1,285 @@
+"""The console's pages under /ui: HTML rendered on the server from the same services the
+JSON routes use (overview, health, jobs, batches), never SQL. Admin pages (overview, jobs,
+health) need the admin role like their JSON routes; batch pages need membership of the
+batch's organization, checked by the API's own `owned_by_caller` (another organization's
+batch is the same 404 page as a missing one). Every POST checks the session's CSRF token."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from jobrelay.api.deps import ServicesDep, owned_by_caller
+from jobrelay.api.ui.render import codec, render
+from jobrelay.api.ui.session import Session, check_csrf
+from jobrelay.auth.tokens import Caller
+from jobrelay.bootstrap import Services
+from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, Unauthenticated
+from jobrelay.domain.jobs import JobStatus
+
+router = APIRouter()
+
+JOBS_PAGE = 50
+BATCHES_PAGE = 25
+ITEMS_PAGE = 100
+MAX_PAGE_NUMBER = 10_000
+MAX_SUBJECT = 128
+
+
+class LoginRequired(Exception):
+    """No valid session: the error handler redirects to the login page."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+async def ui_caller(request: Request, services: ServicesDep) -> Caller:
+    """The caller of the session's JWT, verified like the API's bearer tokens."""
+    session = codec(request).load(request)
+    if session is None or session.token is None:
+        raise LoginRequired(request.url.path)
+    try:
+        return await services.tokens.verify(session.token)
+    except Unauthenticated:
+        raise LoginRequired(request.url.path) from None
+
+
+UiCallerDep = Annotated[Caller, Depends(ui_caller)]
+
+
+async def ui_admin(caller: UiCallerDep) -> Caller:
+    """The caller when it holds the admin role; else the 403 page."""
+    if not caller.is_admin:
+        raise Forbidden("this page needs the admin role")
+    return caller
+
+
+UiAdminDep = Annotated[Caller, Depends(ui_admin)]
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the last value of each)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+async def checked_form(request: Request) -> tuple[Session, dict[str, str]]:
+    """The session and the form of a POST whose CSRF token matches (else 403)."""
+    form = await form_of(request)
+    session = codec(request).load(request)
+    check_csrf(session, form.get("csrf"))
+    assert session is not None
+    return session, form
+
+
+def _see_other(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+# -- login -------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(caller: UiCallerDep) -> Response:
+    return _see_other("/ui/overview" if caller.is_admin else "/ui/batches")
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request, services: ServicesDep, next: str = "/ui/") -> Response:
+    if services.local_issuer is None:
+        return render(request, "not_configured.html", {}, status_code=501)
+    return render(request, "login.html", {"next": _safe_next(next)})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request, services: ServicesDep) -> Response:
+    _, form = await checked_form(request)
+    if services.local_issuer is None:
+        return render(request, "not_configured.html", {}, status_code=501)
+    subject = form.get("subject", "").strip()
+    if not subject or len(subject) > MAX_SUBJECT:
+        raise InvalidInput(
+            "invalid login", [FieldError("subject", f"give 1 to {MAX_SUBJECT} characters")]
+        )
+    token = services.local_issuer.mint(
+        subject, admin=form.get("admin") == "on", ttl_s=codec(request).ttl_s
+    )
+    response = _see_other(_safe_next(form.get("next", "/ui/")))
+    codec(request).save(response, Session.new(token))  # a new CSRF token per login
+    return response
+
+
+@router.post("/logout", response_class=HTMLResponse)
+async def logout(request: Request) -> Response:
+    await checked_form(request)
+    response = _see_other("/ui/login")
+    codec(request).save(response, Session.new())
+    return response
+
+
+def _safe_next(target: str) -> str:
+    """Only paths of the console: never an absolute or scheme-relative URL."""
+    if target.startswith("/ui/") and not target.startswith("/ui//") and "\\" not in target:
+        return target
+    return "/ui/"
+
+
+# -- overview and health (admins) --------------------------------------------------------
+
+
+@router.get("/overview", response_class=HTMLResponse)
+async def overview(request: Request, caller: UiAdminDep, services: ServicesDep) -> Response:
+    data = await services.console.overview()
+    return render(request, "overview.html", {"caller": caller, "o": data})
+
+
+@router.get("/overview/live", response_class=HTMLResponse)
+async def overview_live(request: Request, _: UiAdminDep, services: ServicesDep) -> Response:
+    """The overview's body alone, fetched by the page every few seconds."""
+    data = await services.console.overview()
+    return render(request, "_overview_live.html", {"o": data})
+
+
+@router.get("/health", response_class=HTMLResponse)
+async def health(request: Request, caller: UiAdminDep, services: ServicesDep) -> Response:
+    data = await services.console.health()
+    return render(request, "health.html", {"caller": caller, "h": data})
+
+
+# -- jobs (admins) -----------------------------------------------------------------------
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs(
+    request: Request,
+    caller: UiAdminDep,
+    services: ServicesDep,
+    type: Annotated[str | None, Query(max_length=200)] = None,
+    job_status: Annotated[str | None, Query(alias="status", max_length=40)] = None,
+    before: uuid.UUID | None = None,
+) -> Response:
+    page = await services.jobs.list_jobs(
+        type=type or None, status=job_status or None, limit=JOBS_PAGE, before=before
+    )
+    context = {
+        "caller": caller,
+        "jobs": page.jobs,
+        "next_before": page.next_before,
+        "type": type or "",
+        "status": job_status or "",
+        "statuses": [s.value for s in JobStatus],
+    }
+    return render(request, "jobs.html", context)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job(
+    request: Request, job_id: uuid.UUID, caller: UiAdminDep, services: ServicesDep
+) -> Response:
+    found = await services.jobs.get(job_id)
+    context = {
+        "caller": caller,
+        "job": found,
+        "diagnosis": await services.jobs.diagnose(job_id),
+        "children": await services.jobs.children(job_id),
+    }
+    return render(request, "job.html", context)
+
+
+@router.post("/jobs/{job_id}/retry", response_class=HTMLResponse)
+async def retry_job(
+    request: Request, job_id: uuid.UUID, _: UiAdminDep, services: ServicesDep
+) -> Response:
+    await checked_form(request)
+    await services.jobs.retry(job_id)
+    return _see_other(f"/ui/jobs/{job_id}")
+
+
+@router.post("/jobs/{job_id}/cancel", response_class=HTMLResponse)
+async def cancel_job(
+    request: Request, job_id: uuid.UUID, _: UiAdminDep, services: ServicesDep
+) -> Response:
+    await checked_form(request)
+    await services.jobs.cancel(job_id)
+    return _see_other(f"/ui/jobs/{job_id}")
+
+
+# -- batches (members of the organization) -----------------------------------------------
+
+
+@router.get("/batches", response_class=HTMLResponse)
+async def projects(request: Request, caller: UiCallerDep, services: ServicesDep) -> Response:
+    organizations = await services.tenancy.organizations_of(caller.sub)
+    return render(request, "projects.html", {"caller": caller, "organizations": organizations})
+
+
+@router.get("/projects/{project_id}/batches", response_class=HTMLResponse)
+async def project_batches(
+    request: Request,
+    caller: UiCallerDep,
+    services: ServicesDep,
+    project_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    page: Annotated[int, Query(ge=1, le=MAX_PAGE_NUMBER)] = 1,
+) -> Response:
+    scope = await services.tenancy.project_scope(caller.sub, project_id)
+    batches, more = await services.batches.list_for_project(
+        scope.project_id, limit=BATCHES_PAGE, offset=(page - 1) * BATCHES_PAGE
+    )
+    context = {
+        "caller": caller,
+        "project_id": scope.project_id,
+        "batches": batches,
+        "page": page,
+        "more": more,
+    }
+    return render(request, "batches.html", context)
+
+
+async def _visible_batch(caller: Caller, services: Services, batch_id: str) -> str:
+    await owned_by_caller(caller, services, "batch", services.batches.owner, batch_id)
+    return batch_id
+
+
+BatchPath = Annotated[str, Path(min_length=1, max_length=255)]
+
+
+@router.get("/batches/{batch_id}", response_class=HTMLResponse)
+async def batch(
+    request: Request,
+    batch_id: BatchPath,
+    caller: UiCallerDep,
+    services: ServicesDep,
+    after: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
+) -> Response:
+    await _visible_batch(caller, services, batch_id)
+    context: dict[str, Any] = {
+        "caller": caller,
+        "batch": await services.batches.get(batch_id),
+        "items": await services.batches.items(batch_id, after=after, limit=ITEMS_PAGE),
+        "after": after,
+    }
+    return render(request, "batch.html", context)
+
+
+@router.get("/batches/{batch_id}/live", response_class=HTMLResponse)
+async def batch_live(
+    request: Request, batch_id: BatchPath, caller: UiCallerDep, services: ServicesDep
+) -> Response:
+    """The batch's status and progress bar alone, fetched by the page every few seconds."""
+    await _visible_batch(caller, services, batch_id)
+    return render(request, "_batch_live.html", {"batch": await services.batches.get(batch_id)})
+
+
+@router.post("/batches/{batch_id}/cancel", response_class=HTMLResponse)
+async def cancel_batch(
+    request: Request, batch_id: BatchPath, caller: UiCallerDep, services: ServicesDep
+) -> Response:
+    await checked_form(request)
+    await _visible_batch(caller, services, batch_id)
+    await services.batches.cancel(batch_id, actor=caller.sub)
+    return _see_other(f"/ui/batches/{quote(batch_id, safe='')}")

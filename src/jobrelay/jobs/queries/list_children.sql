@@ -1,0 +1,7 @@
+-- A parent's children, oldest first (UUIDv7 ids are time ordered), at most %(limit)s; reads
+-- jobs_parent_id_idx.
+SELECT *
+FROM jobs
+WHERE parent_id = %(id)s
+ORDER BY id
+LIMIT %(limit)s
