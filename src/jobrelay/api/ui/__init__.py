@@ -4,7 +4,7 @@ of inline script fetching an HTML fragment every 5 seconds).
 
 `create_ui(services)` is a FastAPI app of its own, mounted at /ui by `create_app`, so its
 errors are HTML pages (404 page, 403 page, 422 page with the message) while the JSON API
-keeps problem+json. See docs/howto/console.md.
+keeps problem+json. See docs/how-to/use-the-console.md.
 """
 
 from __future__ import annotations
