@@ -36,7 +36,7 @@ layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
-test: SYSTEM_PACKAGES = pgbouncer
+test: SYSTEM_PACKAGES = pgbouncer chromium
 test: system-packages lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider
 
@@ -45,10 +45,11 @@ test: system-packages lint typecheck layers
 test-pg15: system-packages lint typecheck layers
 	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider
 
-# Debian packages the tests start: PostgreSQL 15 (make test-pg15) and PgBouncer (the pooler
-# tests of both runs; all that `make test` needs). Installed with apt-get when missing (as
-# root), else named with the command that installs them.
-SYSTEM_PACKAGES ?= postgresql-15 pgbouncer
+# Debian packages the tests start: PostgreSQL 15 (make test-pg15), PgBouncer (the pooler
+# tests of both runs) and Chromium (the console's headless browser check; these two are all
+# that `make test` needs). Installed with apt-get when missing (as root), else named with the
+# command that installs them.
+SYSTEM_PACKAGES ?= postgresql-15 pgbouncer chromium
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
