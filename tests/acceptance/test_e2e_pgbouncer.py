@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import httpx
 import psycopg
 import pytest
 
 from jobrelay.aws.clients import AwsEndpoint
 from tests.acceptance.test_e2e_stack import (
+    _code2wf_from_first_item,
     _manifests_match_their_hashes,
     _submit,
     _tenant,
     _terminal,
 )
 from tests.e2e_support import page_server, running_stack, token
-from tests.harness import AwsTestResources, PgBouncer, wait_until
+from tests.harness import AwsTestResources, PgBouncer
 
 pytestmark = pytest.mark.slow
 
@@ -55,21 +54,7 @@ def test_batch_and_code2wf_end_to_end_through_pgbouncer_transaction_pooling(
         assert batch["status"] == "1", batch
         assert batch["counts"]["completed"] == 20
 
-        items = httpx.get(f"{stack.base_url}/v1/batches/{batch_id}/items", headers=headers)
-        page_import_id = items.json()["items"][0]["jobId"]
-        created = httpx.post(
-            f"{stack.base_url}/v1/projects/{project_id}/code2wf",
-            json={"pageImportId": page_import_id, "figmaFileKey": "FIG1", "screenId": "mobile"},
-            headers=headers,
-        )
-        assert created.status_code == 201, created.text
-        code2wf_id = created.json()["code2wfId"]
-
-        def finished() -> dict[str, Any] | None:
-            row = httpx.get(f"{stack.base_url}/v1/code2wf/{code2wf_id}", headers=headers).json()
-            return row if row["status"] != "0" else None
-
-        row = wait_until(finished, timeout_s=120, interval_s=0.2, what="the generation")
+        row = _code2wf_from_first_item(stack, headers, project_id, batch_id)
         assert row["status"] == "1", row
         logs = {name: stack.log(name) for name in ("api", "relay", "worker")}
     assert asyncio.run(_manifests_match_their_hashes(db_dsn, aws, aws_resources.bucket)) == 20

@@ -60,6 +60,28 @@ def _batch(stack: Stack, headers: dict[str, str], batch_id: str) -> dict[str, An
     return response.json() if response.status_code == 200 else None
 
 
+def _code2wf_from_first_item(
+    stack: Stack, headers: dict[str, str], project_id: int, batch_id: str
+) -> dict[str, Any]:
+    """Create a Code2WF generation from the batch's first Page Import and wait until it ends."""
+    items = httpx.get(f"{stack.base_url}/v1/batches/{batch_id}/items", headers=headers)
+    page_import_id = items.json()["items"][0]["jobId"]
+    created = httpx.post(
+        f"{stack.base_url}/v1/projects/{project_id}/code2wf",
+        json={"pageImportId": page_import_id, "figmaFileKey": "FIG1", "screenId": "mobile"},
+        headers=headers,
+    )
+    assert created.status_code == 201, created.text
+    code2wf_id = created.json()["code2wfId"]
+
+    def finished() -> dict[str, Any] | None:
+        row = httpx.get(f"{stack.base_url}/v1/code2wf/{code2wf_id}", headers=headers).json()
+        return row if row["status"] != "0" else None
+
+    row: dict[str, Any] = wait_until(finished, timeout_s=120, interval_s=0.2, what="the generation")
+    return row
+
+
 def _terminal(stack: Stack, headers: dict[str, str], batch_id: str) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
         batch = _batch(stack, headers, batch_id)
@@ -154,21 +176,8 @@ def test_code2wf_end_to_end(
     ):
         batch_id = _submit(stack, headers, project_id, urls)
         assert _terminal(stack, headers, batch_id)["status"] == "1"
-        items = httpx.get(f"{stack.base_url}/v1/batches/{batch_id}/items", headers=headers)
-        page_import_id = items.json()["items"][0]["jobId"]
-        created = httpx.post(
-            f"{stack.base_url}/v1/projects/{project_id}/code2wf",
-            json={"pageImportId": page_import_id, "figmaFileKey": "FIG1", "screenId": "mobile"},
-            headers=headers,
-        )
-        assert created.status_code == 201, created.text
-        code2wf_id = created.json()["code2wfId"]
-
-        def finished() -> dict[str, Any] | None:
-            row = httpx.get(f"{stack.base_url}/v1/code2wf/{code2wf_id}", headers=headers).json()
-            return row if row["status"] != "0" else None
-
-        row = wait_until(finished, timeout_s=120, interval_s=0.2, what="the generation")
+        row = _code2wf_from_first_item(stack, headers, project_id, batch_id)
+        code2wf_id = row["code2wfId"]
         assert row["status"] == "1", row
         assert row["flagCount"] >= 0 and row["resultUrl"].startswith(f"code2wf/{code2wf_id}/")
         discovered = httpx.get(

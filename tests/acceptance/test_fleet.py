@@ -26,6 +26,7 @@ from jobrelay.aws.emulator import free_port
 from jobrelay.db.pool import open_pool
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import Enqueued
+from tests.acceptance.test_e2e_stack import _tenant
 from tests.harness import (
     AwsTestResources,
     PgBouncer,
@@ -141,24 +142,6 @@ def _ready(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _tenant(dsn: str, sub: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            """
-            WITH org AS (INSERT INTO organization (name, created_by, updated_by)
-                         VALUES ('fleet', 'ops', 'ops') RETURNING id),
-                 member AS (INSERT INTO organization_member (organization_id, subject,
-                                                              created_by, updated_by)
-                            SELECT id, %s, 'ops', 'ops' FROM org)
-            INSERT INTO project (organization_id, name, created_by, updated_by)
-            SELECT id, 'fleet', 'ops', 'ops' FROM org RETURNING id
-            """,
-            (sub,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _jobs() -> list[EnqueueRequest]:
