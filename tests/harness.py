@@ -323,6 +323,20 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
+def wait_healthy(process: subprocess.Popen[str], base_url: str, *, what: str) -> None:
+    """Poll `base_url/healthz` until a started `jobrelay api` process answers 200; fail with
+    its output if it exits first."""
+
+    def healthy() -> bool:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            return httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout_s=60, what=what)
+
+
 def jobrelay_command() -> list[str]:
     """The installed `jobrelay` console script of this interpreter's environment."""
     return [str(Path(sys.executable).with_name("jobrelay"))]

@@ -9,11 +9,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-import httpx
 from selectolax.lexbor import LexborHTMLParser
 
 from jobrelay.aws.emulator import free_port
-from tests.harness import cli_env, jobrelay_command, wait_until
+from tests.harness import cli_env, jobrelay_command, wait_healthy
 
 
 def _chromium() -> str:
@@ -62,15 +61,8 @@ def test_chromium_renders_the_login_form_of_a_real_api(db_dsn: str, tmp_path: Pa
     )
     base = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_until(healthy, timeout_s=60, what="the API to answer /healthz")
+        wait_healthy(process, base, what="the API to answer /healthz")
         dom = _dump_dom(chromium, f"{base}/ui/login", tmp_path / "profile")
         form = dom.css_first("form#login")
         assert form is not None, dom.html

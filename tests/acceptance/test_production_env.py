@@ -18,7 +18,7 @@ import pytest
 
 from jobrelay.auth.local_issuer import JWKS_PATH
 from jobrelay.aws.emulator import free_port, port_is_free
-from tests.harness import cli_env, jobrelay_command, run_cli, wait_until
+from tests.harness import cli_env, jobrelay_command, run_cli, wait_healthy
 
 COGNITO = {
     "JOBRELAY_AUTH_MODE": "cognito",
@@ -117,15 +117,8 @@ def test_api_in_production_with_secrets_from_files_starts(db_dsn: str, tmp_path:
     )
     base = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_until(healthy, timeout_s=60, what="the production API to answer /healthz")
+        wait_healthy(process, base, what="the production API to answer /healthz")
         assert httpx.get(f"{base}/readyz").json() == {"status": "ready", "database": "ok"}
         assert httpx.get(f"{base}{JWKS_PATH}").status_code == 404, "/dev/* is development-only"
         assert "/dev/" not in httpx.get(f"{base}/openapi.json").text

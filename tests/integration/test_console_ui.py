@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,11 +19,11 @@ from jobrelay.api.ui.session import COOKIE
 from jobrelay.domain.jobs import FailureKind
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Done
-from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.ops.control import set_pause
 from tests.batch_support import create_batch, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, api_harness
+from tests.integration.test_console import _enqueue, _sql
 
 Login = Callable[..., Awaitable[httpx.AsyncClient]]
 
@@ -73,17 +72,6 @@ async def login(api: ApiHarness) -> AsyncIterator[Login]:
             return client
 
         yield log_in
-
-
-async def _sql(api: ApiHarness, statement: str, *args: Any) -> list[dict[str, Any]]:
-    async with api.services.pool.connection() as conn:
-        cursor = await conn.execute(statement, args or None)  # type: ignore[arg-type]
-        return [dict(r) for r in await cursor.fetchall()] if cursor.description else []
-
-
-async def _enqueue(api: ApiHarness, type_: str = "diag.noop", **kw: Any) -> uuid.UUID:
-    payload = kw.pop("payload", {"n": uuid.uuid4().hex})
-    return (await api.services.jobs.enqueue(EnqueueRequest(type_, payload, **kw))).id
 
 
 async def _claim(api: ApiHarness, cls: str = "default", worker: str = "w-test") -> ClaimedJob:
