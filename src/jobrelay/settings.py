@@ -199,6 +199,30 @@ class Settings(BaseSettings):
         le=7 * 86400,
         description="How long a console session (its cookie and the token inside) lasts.",
     )
+    ui_cognito_domain: str | None = Field(
+        default=None,
+        description="Base URL of the Cognito Hosted UI (the user pool's domain), e.g. "
+        "https://myapp.auth.eu-west-1.amazoncognito.com: with JOBRELAY_AUTH_MODE=cognito the "
+        "console's login is the authorization-code flow with PKCE through its "
+        "/oauth2/authorize and /oauth2/token (https; http only on a loopback host).",
+    )
+    ui_cognito_client_id: str | None = Field(
+        default=None,
+        description="The Cognito app client of the console's login (its tokens are accepted "
+        "like JOBRELAY_AUTH_CLIENT_IDS'); allowed callback URL: JOBRELAY_UI_COGNITO_REDIRECT_URL, "
+        "allowed sign-out URL: the same origin's /ui/logged-out.",
+    )
+    ui_cognito_client_secret: SecretStr | None = Field(
+        default=None,
+        description="The console app client's secret, when it has one (sent with HTTP Basic "
+        "to /oauth2/token); unset: a public client (PKCE only).",
+    )
+    ui_cognito_redirect_url: str | None = Field(
+        default=None,
+        description="The console's callback as registered in the app client, "
+        "https://<api host>/ui/auth/callback; unset (development only): derived from the "
+        "request's host.",
+    )
     api_max_body_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Request body cap (larger is a 413)."
     )
@@ -352,6 +376,19 @@ class Settings(BaseSettings):
     @classmethod
     def _secrets_from_csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("ui_cognito_domain", "ui_cognito_redirect_url")
+    @classmethod
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        loopback = parts.hostname in {"127.0.0.1", "localhost", "::1"}
+        if not parts.hostname or not (
+            parts.scheme == "https" or (parts.scheme == "http" and loopback)
+        ):
+            raise ValueError("give an https:// URL (http:// only on a loopback host)")
+        return value.strip().rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -41,6 +41,7 @@ def test_every_secret_setting_is_known_as_one() -> None:
     assert SECRET_FIELDS == [
         "api_metrics_token",
         "database_url",
+        "ui_cognito_client_secret",
         "ui_session_secret",
         "webhook_secrets",
     ]
@@ -183,6 +184,9 @@ SAFE = {
     "auth_client_ids": "client1",
     "sqs_worker_webhook_url": "https://api.example.invalid/v1/webhooks/worker",
     "ui_session_secret": "a-real-console-session-secret",
+    "ui_cognito_domain": "https://jobrelay.auth.eu-west-1.amazoncognito.com",
+    "ui_cognito_client_id": "console-client",
+    "ui_cognito_redirect_url": "https://jobrelay.example.invalid/ui/auth/callback",
 }
 
 
@@ -200,6 +204,9 @@ def test_production_with_real_settings_starts(process: str) -> None:
         ("sqs-worker", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
         ("api", "auth_mode", "JOBRELAY_AUTH_MODE=local"),
         ("api", "ui_session_secret", "JOBRELAY_UI_SESSION_SECRET"),
+        ("api", "ui_cognito_domain", "JOBRELAY_UI_COGNITO_DOMAIN"),
+        ("api", "ui_cognito_client_id", "JOBRELAY_UI_COGNITO_CLIENT_ID"),
+        ("api", "ui_cognito_redirect_url", "JOBRELAY_UI_COGNITO_REDIRECT_URL"),
         ("api", "database_url", "DATABASE_URL"),
         ("worker", "database_url", "DATABASE_URL"),
         ("relay", "database_url", "DATABASE_URL"),
@@ -249,3 +256,43 @@ def test_a_process_beside_a_running_up_is_development(tmp_path: Path) -> None:
     ):
         beside = load_cli_settings(default_env="production", data_dir=tmp_path)
     assert beside.env == "development"
+
+
+def test_production_names_every_missing_hosted_ui_setting_in_one_line() -> None:
+    hosted = ("ui_cognito_domain", "ui_cognito_client_id", "ui_cognito_redirect_url")
+    settings = _production(**{k: v for k, v in SAFE.items() if k not in hosted})
+    assert development_defaults(settings, "api") == [
+        "JOBRELAY_AUTH_MODE=cognito without the console's Hosted UI login "
+        "(JOBRELAY_UI_COGNITO_DOMAIN, JOBRELAY_UI_COGNITO_CLIENT_ID, "
+        "JOBRELAY_UI_COGNITO_REDIRECT_URL unset)"
+    ]
+    # Only the API serves the console.
+    assert development_defaults(settings, "worker") == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://auth.example.com", "ftp://auth.example.com", "auth.example.com", "https://"],
+)
+def test_hosted_ui_urls_must_be_https_off_loopback(url: str) -> None:
+    with pytest.raises(ValidationError, match="https://"):
+        load_settings(default_env=None, ui_cognito_domain=url)
+    with pytest.raises(ValidationError, match="https://"):
+        load_settings(default_env=None, ui_cognito_redirect_url=url)
+
+
+def test_hosted_ui_urls_lose_their_trailing_slash_and_allow_loopback_http() -> None:
+    settings = load_settings(
+        default_env=None,
+        ui_cognito_domain="https://auth.example.com/",
+        ui_cognito_redirect_url="http://127.0.0.1:8000/ui/auth/callback",
+    )
+    assert settings.ui_cognito_domain == "https://auth.example.com"
+    assert settings.ui_cognito_redirect_url == "http://127.0.0.1:8000/ui/auth/callback"
+
+
+def test_the_console_client_is_accepted_by_the_cognito_verifier() -> None:
+    from jobrelay.bootstrap.services import token_verifier
+
+    verifier = token_verifier(_production(**SAFE), None)
+    assert verifier._policy.client_ids == frozenset({"client1", "console-client"})

@@ -8,6 +8,7 @@ the algorithm list is fixed here, never taken from the token.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -87,6 +88,27 @@ class TokenVerifier:
         self._keys = keys
 
     async def verify(self, token: str) -> Caller:
+        return self._caller(await self._verified_claims(token))
+
+    async def verify_id_token(self, token: str, *, client_id: str, nonce: str) -> str:
+        """The subject of an OpenID Connect ID token (signature, issuer, expiry as `verify`)
+        issued to `client_id` for the login whose nonce is `nonce`; else `Unauthenticated`."""
+        claims = await self._verified_claims(token)
+        if claims.get("token_use") != "id":
+            raise Unauthenticated("the ID token is not an ID token")
+        audience = claims.get("aud")
+        audiences = [audience] if isinstance(audience, str) else list(audience or [])
+        if client_id not in audiences:
+            raise Unauthenticated("the ID token was issued for another client")
+        found = claims.get("nonce")
+        if not isinstance(found, str) or not hmac.compare_digest(found, nonce):
+            raise Unauthenticated("the ID token's nonce is not this login's")
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise Unauthenticated("the token has no subject")
+        return sub
+
+    async def _verified_claims(self, token: str) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -99,8 +121,7 @@ class TokenVerifier:
         key = await self._keys.key(kid)
         if key is None:
             raise Unauthenticated("the token was signed by an unknown key")
-        claims = self._decode(token, key)
-        return self._caller(claims)
+        return self._decode(token, key)
 
     def _decode(self, token: str, key: PyJWK) -> dict[str, Any]:
         try:

@@ -11,6 +11,10 @@ shared host:
   console session with it): the API;
 * `JOBRELAY_AUTH_MODE=local` (the local token issuer, whose `/dev/*` routes publish its keys
   and whose private key sits in the data directory): the API;
+* `JOBRELAY_AUTH_MODE=cognito` without the console's Hosted UI login
+  (`JOBRELAY_UI_COGNITO_DOMAIN`, `JOBRELAY_UI_COGNITO_CLIENT_ID`,
+  `JOBRELAY_UI_COGNITO_REDIRECT_URL`; the redirect URL is derived from the request only in
+  development): the API;
 * no `DATABASE_URL` (the embedded PostgreSQL in the data directory, one host's disk): the
   processes that use the database, and `jobrelay migrate` when JOBRELAY_ENV=production is
   set (its default is development: it also migrates the local stack's database);
@@ -58,11 +62,29 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
             "JOBRELAY_AUTH_MODE=local (set cognito with JOBRELAY_COGNITO_USER_POOL_ID and "
             "JOBRELAY_AUTH_CLIENT_IDS)"
         )
+    if process == "api" and settings.auth_mode == "cognito":
+        missing = missing_hosted_ui(settings)
+        if missing:
+            problems.append(
+                "JOBRELAY_AUTH_MODE=cognito without the console's Hosted UI login ("
+                + ", ".join(missing)
+                + " unset)"
+            )
     if process in _USES_DATABASE and not settings.database_url:
         problems.append("DATABASE_URL (or DATABASE_URL_FILE) is unset (embedded PostgreSQL)")
     if process == "sqs-worker" and "sqs_worker_webhook_url" not in settings.model_fields_set:
         problems.append("JOBRELAY_SQS_WORKER_WEBHOOK_URL is unset (this host's loopback)")
     return problems
+
+
+def missing_hosted_ui(settings: Settings) -> list[str]:
+    """The console's Cognito Hosted UI settings that are unset (empty: all given)."""
+    wanted = {
+        "JOBRELAY_UI_COGNITO_DOMAIN": settings.ui_cognito_domain,
+        "JOBRELAY_UI_COGNITO_CLIENT_ID": settings.ui_cognito_client_id,
+        "JOBRELAY_UI_COGNITO_REDIRECT_URL": settings.ui_cognito_redirect_url,
+    }
+    return [name for name, value in wanted.items() if not value]
 
 
 def require_safe_environment(settings: Settings, process: ProcessKind) -> None:

@@ -168,7 +168,10 @@ def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerif
 
     policy = TokenPolicy(
         issuer=cognito_issuer,
-        client_ids=frozenset(settings.auth_client_ids),
+        # The console's app client (its Hosted UI login) is accepted like the API's clients.
+        client_ids=frozenset(
+            [*settings.auth_client_ids, *filter(None, [settings.ui_cognito_client_id])]
+        ),
         token_uses=frozenset(settings.auth_token_uses),
         admin_group=settings.auth_admin_group,
         leeway_s=settings.auth_leeway_s,

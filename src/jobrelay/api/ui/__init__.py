@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrelay.api.problems import DATABASE_DOWN, DATABASE_RETRY_AFTER_S
+from jobrelay.api.ui.hosted_ui import HostedUi
 from jobrelay.api.ui.pages import LoginRequired, router
 from jobrelay.api.ui.render import render
 from jobrelay.api.ui.session import SessionCodec
@@ -60,6 +61,7 @@ def create_ui(services: Services) -> FastAPI:
         ttl_s=settings.ui_session_ttl_s,
         secure=settings.env != "development",
     )
+    ui.state.hosted_ui = HostedUi.from_settings(settings)
     ui.include_router(router)
 
     @ui.exception_handler(LoginRequired)

@@ -14,11 +14,12 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from jobrelay.api.deps import ServicesDep, owned_by_caller
+from jobrelay.api.ui.hosted_ui import HostedUi, LoginFailed
 from jobrelay.api.ui.render import codec, render
 from jobrelay.api.ui.session import Session, check_csrf
 from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
-from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, Unauthenticated
+from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthenticated
 from jobrelay.domain.jobs import JobStatus
 
 router = APIRouter()
@@ -89,8 +90,20 @@ async def home(caller: UiCallerDep) -> Response:
     return _see_other("/ui/overview" if caller.is_admin else "/ui/batches")
 
 
+def hosted_ui(request: Request) -> HostedUi | None:
+    """The Cognito Hosted UI client, when the console logs in through it."""
+    found: HostedUi | None = request.app.state.hosted_ui
+    return found
+
+
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, services: ServicesDep, next: str = "/ui/") -> Response:
+    hosted = hosted_ui(request)
+    if hosted is not None:
+        url, state = await hosted.start(request, _safe_next(next))
+        response = _see_other(url)
+        hosted.save_state(response, state)
+        return response
     if services.local_issuer is None:
         return render(request, "not_configured.html", {}, status_code=501)
     return render(request, "login.html", {"next": _safe_next(next)})
@@ -114,12 +127,64 @@ async def login(request: Request, services: ServicesDep) -> Response:
     return response
 
 
+CallbackParam = Annotated[str | None, Query(max_length=4096)]
+
+
+@router.get("/auth/callback", response_class=HTMLResponse, name="auth_callback")
+async def auth_callback(
+    request: Request,
+    services: ServicesDep,
+    code: CallbackParam = None,
+    state: CallbackParam = None,
+    error: CallbackParam = None,
+    error_description: CallbackParam = None,
+) -> Response:
+    """The Hosted UI's redirect back: state, code exchange with PKCE, token checks, session."""
+    hosted = hosted_ui(request)
+    if hosted is None:
+        raise NotFound("the console does not log in through the Cognito Hosted UI")
+    try:
+        login = hosted.load_state(request, state)
+        if error:
+            because = f": {error_description}" if error_description else ""
+            raise LoginFailed(401, f"Cognito did not log you in ({error}{because})")
+        if not code:
+            raise LoginFailed(400, "the Hosted UI's answer has no authorization code")
+        tokens = await hosted.exchange(request, code, login)
+        try:
+            caller = await services.tokens.verify(tokens.access_token)
+            sub = await services.tokens.verify_id_token(
+                tokens.id_token, client_id=hosted.client_id, nonce=login.nonce
+            )
+        except Unauthenticated as exc:
+            raise LoginFailed(401, f"Cognito's tokens were refused: {exc}") from None
+        if sub != caller.sub:
+            raise LoginFailed(401, "the ID token and the access token name different users")
+    except LoginFailed as exc:
+        context = {"status": exc.status, "title": "Login failed", "detail": exc.detail}
+        page = render(request, "error.html", {**context, "errors": []}, status_code=exc.status)
+        hosted.clear_state(page)
+        return page
+    response = _see_other(_safe_next(login.next_path))
+    codec(request).save(response, Session.new(tokens.access_token))  # a new CSRF token
+    hosted.clear_state(response)
+    return response
+
+
 @router.post("/logout", response_class=HTMLResponse)
 async def logout(request: Request) -> Response:
+    """Clears the session; with the Hosted UI, also its session (Cognito's /logout)."""
     await checked_form(request)
-    response = _see_other("/ui/login")
+    hosted = hosted_ui(request)
+    response = _see_other(hosted.logout_url(request) if hosted else "/ui/login")
     codec(request).save(response, Session.new())
     return response
+
+
+@router.get("/logged-out", response_class=HTMLResponse)
+async def logged_out(request: Request) -> Response:
+    """Where Cognito's /logout sends the browser back."""
+    return render(request, "logged_out.html", {})
 
 
 def _safe_next(target: str) -> str:
