@@ -24,6 +24,9 @@ COGNITO = {
     "JOBRELAY_AUTH_MODE": "cognito",
     "JOBRELAY_COGNITO_USER_POOL_ID": "eu-west-1_AbC123",
     "JOBRELAY_AUTH_CLIENT_IDS": "client-one,client-two",
+    "JOBRELAY_UI_COGNITO_DOMAIN": "https://jobrelay.auth.eu-west-1.amazoncognito.com",
+    "JOBRELAY_UI_COGNITO_CLIENT_ID": "console-client",
+    "JOBRELAY_UI_COGNITO_REDIRECT_URL": "https://jobrelay.example.invalid/ui/auth/callback",
 }
 
 
@@ -95,6 +98,7 @@ def test_api_in_production_with_secrets_from_files_starts(db_dsn: str, tmp_path:
     secrets.mkdir()
     webhook_secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
     ui_secret = base64.b64encode(os.urandom(24)).decode()
+    client_secret = base64.b64encode(os.urandom(24)).decode()
     port = free_port()
     env = cli_env(
         JOBRELAY_ENV="production",
@@ -104,6 +108,9 @@ def test_api_in_production_with_secrets_from_files_starts(db_dsn: str, tmp_path:
         JOBRELAY_WEBHOOK_SECRETS_FILE=str(_secret_file(secrets, "webhook", webhook_secret)),
         JOBRELAY_UI_SESSION_SECRET=None,
         JOBRELAY_UI_SESSION_SECRET_FILE=str(_secret_file(secrets, "ui-session", ui_secret)),
+        JOBRELAY_UI_COGNITO_CLIENT_SECRET_FILE=str(
+            _secret_file(secrets, "console-client", client_secret)
+        ),
         JOBRELAY_DATA_DIR=str(tmp_path / "data"),
         JOBRELAY_API_PORT=str(port),
         **COGNITO,
@@ -123,13 +130,23 @@ def test_api_in_production_with_secrets_from_files_starts(db_dsn: str, tmp_path:
         assert httpx.get(f"{base}{JWKS_PATH}").status_code == 404, "/dev/* is development-only"
         assert "/dev/" not in httpx.get(f"{base}/openapi.json").text
         assert httpx.get(f"{base}/v1/me").status_code == 401
-        # Cognito: the console's login is not built for it yet, and says so.
-        assert httpx.get(f"{base}/ui/login").status_code == 501
+        # Cognito: the console's login goes to the Hosted UI, back to the registered URL.
+        login = httpx.get(f"{base}/ui/login")
+        assert login.status_code == 303
+        authorize = httpx.URL(login.headers["location"])
+        assert str(authorize).startswith(
+            "https://jobrelay.auth.eu-west-1.amazoncognito.com/oauth2/authorize?"
+        )
+        assert authorize.params["client_id"] == "console-client"
+        assert authorize.params["redirect_uri"] == COGNITO["JOBRELAY_UI_COGNITO_REDIRECT_URL"]
+        assert client_secret not in str(authorize)
+        assert "Secure" in login.headers["set-cookie"]
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
     assert webhook_secret not in output and db_dsn not in output and ui_secret not in output
+    assert client_secret not in output
 
 
 def test_a_missing_secret_file_is_one_line_naming_variable_and_path(tmp_path: Path) -> None:
@@ -187,3 +204,23 @@ def test_migrate_in_production_refuses_to_migrate_an_embedded_server(tmp_path: P
     line = _one_error_line(result)
     assert "`jobrelay migrate`" in line and "DATABASE_URL" in line
     assert not (tmp_path / "pgdata").exists()
+
+
+def test_api_in_production_with_cognito_but_no_console_login_exits_2(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "api",
+        "--port",
+        str(free_port()),
+        JOBRELAY_ENV="production",
+        DATABASE_URL=db_dsn,
+        JOBRELAY_DATA_DIR=str(tmp_path),
+        JOBRELAY_WEBHOOK_SECRETS="whsec_" + base64.b64encode(os.urandom(24)).decode(),
+        JOBRELAY_UI_SESSION_SECRET="a-real-console-session-secret",
+        **{**COGNITO, "JOBRELAY_UI_COGNITO_REDIRECT_URL": None},
+    )
+    line = _one_error_line(result)
+    assert "JOBRELAY_AUTH_MODE=cognito without the console's Hosted UI login" in line
+    assert "JOBRELAY_UI_COGNITO_REDIRECT_URL unset" in line
+    assert "JOBRELAY_UI_COGNITO_DOMAIN" not in line
