@@ -6,7 +6,8 @@ tests: a real HTTP server (uvicorn in a thread) with Cognito's endpoints.
   only), redirect URI and nonce;
 - `POST /oauth2/token` exchanges a code only with the `code_verifier` whose S256 challenge
   was sent (authlib's `compare_s256_code_challenge`), else `invalid_grant` like Cognito;
-- `GET /.well-known/jwks.json` publishes the test RSA key the tokens are signed with;
+- `GET /.well-known/jwks.json` publishes the test RSA key the tokens are signed with (503
+  while `jwks_down`);
 - `GET /logout` records the call and redirects to `logout_uri`.
 
 Tokens are shaped like Cognito's: the access token has `client_id`, `token_use=access` and
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import httpx
 import jwt
 import uvicorn
 from authlib.oauth2.rfc7636.challenge import compare_s256_code_challenge
@@ -55,6 +57,7 @@ class FakeCognito:
     user: User = field(default_factory=lambda: User("carol"))
     port: int = field(default_factory=free_port)
     nonce_override: str | None = None
+    jwks_down: bool = False
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     token_requests: list[dict[str, str]] = field(default_factory=list)
     logouts: list[dict[str, str]] = field(default_factory=list)
@@ -76,8 +79,12 @@ class FakeCognito:
 
         policy = replace(verifier._policy, issuer=self.base)
 
-        async def fetch() -> dict[str, object]:
-            return self.jwks()
+        async def fetch() -> dict[str, object]:  # over HTTP, as the API fetches Cognito's
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                response = await client.get(f"{self.base}/.well-known/jwks.json")
+                response.raise_for_status()
+                document: dict[str, object] = response.json()
+                return document
 
         return TokenVerifier(policy, JwksCache(fetch, min_refresh_interval_s=0))
 
@@ -149,6 +156,8 @@ class FakeCognito:
         )
 
     async def jwks_endpoint(self, _: Request) -> Response:
+        if self.jwks_down:
+            return JSONResponse({"message": "unavailable"}, status_code=503)
         return JSONResponse(self.jwks())
 
     async def logout(self, request: Request) -> Response:

@@ -241,3 +241,12 @@ async def test_the_callback_is_a_404_page_without_the_hosted_ui(api: ApiHarness)
     response = await api.client.get("/ui/auth/callback", params={"code": "c", "state": "s"})
     assert response.status_code == 404
     assert "Hosted UI" in _text(response, "#detail")
+
+
+async def test_unreachable_signing_keys_are_a_502_page(console: Console) -> None:
+    c = console
+    c.cognito.jwks_down = True
+    response = await c.browser.get(await _approve(c, await _start(c)))
+    assert response.status_code == 502
+    assert "signing keys could not be fetched" in _text(response, "#detail")
+    assert not await _logged_in(c)

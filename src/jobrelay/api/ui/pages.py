@@ -10,6 +10,7 @@ import uuid
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
+import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
@@ -158,6 +159,10 @@ async def auth_callback(
             )
         except Unauthenticated as exc:
             raise LoginFailed(401, f"Cognito's tokens were refused: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise LoginFailed(
+                502, f"the user pool's signing keys could not be fetched ({type(exc).__name__})"
+            ) from None
         if sub != caller.sub:
             raise LoginFailed(401, "the ID token and the access token name different users")
     except LoginFailed as exc:
