@@ -16,6 +16,7 @@ there (docs/images/ holds the ones the docs show; see docs/how-to/use-the-consol
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,8 @@ def test_the_console_in_chromium_against_the_real_stack(
             assert _job(stack, ops, failed_id)["finishedAt"] is None
             stack.start("worker")  # it runs again (and fails again: it always does)
             again = _wait_status(stack, ops, failed_id, "failed")
-            assert again["finishedAt"] > failed["finishedAt"]
+            finished = [dt.datetime.fromisoformat(j["finishedAt"]) for j in (failed, again)]
+            assert finished[1] > finished[0], "the retried job ran again"
 
             # -- why isn't this job running? its source is busy -------------------------
             busy = {"seconds": 600, "sourceKey": "site:console-test"}
