@@ -134,7 +134,7 @@ class Enqueuer:
             id=new_uuid(),
             job_type=job_type,
             payload=payload_dict(model),
-            dedupe_key=job_type.dedupe_key(model),
+            dedupe_key=job_type.dedupe_key(model) or request.dedupe_key,
             revision=job_type.revision(model),
             source_key=job_type.source_key(model),
             concurrency_class=str(job_type.class_for(model)),

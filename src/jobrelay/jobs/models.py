@@ -102,7 +102,11 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueRequest:
-    """One job to enqueue. Defaults come from the job type (priority, max attempts)."""
+    """One job to enqueue. Defaults come from the job type (priority, max attempts).
+
+    `dedupe_key`: the key of a job whose type's rule gives none (a schedule's tick key);
+    a type that defines a dedupe key keeps its own.
+    """
 
     type: str
     payload: Mapping[str, Any]
@@ -110,6 +114,7 @@ class EnqueueRequest:
     delay_s: float = 0.0
     max_attempts: int | None = None
     parent_id: uuid.UUID | None = None
+    dedupe_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
