@@ -106,6 +106,7 @@ class EnqueueRequest:
 
     `dedupe_key`: the key of a job whose type's rule gives none (a schedule's tick key);
     a type that defines a dedupe key keeps its own.
+    `run_at`: when the job becomes available (zone-aware; instead of `delay_s`).
     """
 
     type: str
@@ -115,6 +116,7 @@ class EnqueueRequest:
     max_attempts: int | None = None
     parent_id: uuid.UUID | None = None
     dedupe_key: str | None = None
+    run_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,64 @@ class StoredSchedule:
         return cls(**{name: row[name] for name in cls.__slots__})
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleView:
+    """A schedule as `jobrelay schedules list` and `GET /v1/schedules` show it: its stored
+    row (`stored`; a schedule no worker has started yet has no next tick), and whether
+    this deployment's job types and settings declare it (`declared`; a stored schedule no
+    longer declared stops ticking once no running worker declares it)."""
+
+    name: str
+    cron: str
+    timezone: str
+    job_type: str
+    payload: Mapping[str, Any]
+    catch_up: str
+    next_tick_at: dt.datetime | None
+    last_tick_at: dt.datetime | None
+    last_job_id: Any
+    declared: bool
+    stored: bool
+
+
+def schedule_views(
+    stored: Iterable[StoredSchedule], declared: Iterable[Schedule]
+) -> list[ScheduleView]:
+    """Stored and declared schedules by name (a declared one shows its declaration)."""
+    by_name = {s.name: s for s in declared}
+    views: dict[str, ScheduleView] = {}
+    for row in stored:
+        views[row.name] = ScheduleView(
+            name=row.name,
+            cron=row.cron,
+            timezone=row.timezone,
+            job_type=row.job_type,
+            payload=row.payload,
+            catch_up=row.catch_up,
+            next_tick_at=row.next_tick_at,
+            last_tick_at=row.last_tick_at,
+            last_job_id=row.last_job_id,
+            declared=row.name in by_name,
+            stored=True,
+        )
+    for name, schedule in by_name.items():
+        if name not in views:
+            views[name] = ScheduleView(
+                name=name,
+                cron=schedule.cron,
+                timezone=schedule.timezone,
+                job_type=schedule.job_type,
+                payload=schedule.payload,
+                catch_up=schedule.catch_up,
+                next_tick_at=None,
+                last_tick_at=None,
+                last_job_id=None,
+                declared=True,
+                stored=False,
+            )
+    return [views[name] for name in sorted(views)]
+
+
 async def sync_schedules(conn: Connection, schedules: Iterable[Schedule]) -> None:
     """Upsert the declared schedules (one transaction): new ones start at their first tick
     after the database's now; a changed cron or zone restarts there; others keep their
