@@ -144,3 +144,13 @@ def test_setting_entries_are_read_and_a_bad_field_is_named() -> None:
         from_setting([{"name": "a", "jobType": "x"}])
     with pytest.raises(ValueError, match=r"JOBRELAY_SCHEDULES\[0\]: unknown field 'every'"):
         from_setting([{"name": "a", "cron": "* * * * *", "jobType": "x", "every": 1}])
+
+
+def test_daylight_saving_gaps_fire_at_the_jump_and_repeats_fire_twice() -> None:
+    daily = Schedule(name="n", cron="30 2 * * *", job_type="test.ping", timezone="Europe/Paris")
+    # 2026-03-29 02:30 does not exist in Paris: it fires when the clock jumps to 03:00.
+    assert daily.next_after(at("2026-03-28T12:00:00+00:00")) == at("2026-03-29T01:00:00+00:00")
+    # 2026-10-25 02:30 happens twice (UTC+2, then UTC+1): croniter fires at both.
+    first = daily.next_after(at("2026-10-24T12:00:00+00:00"))
+    assert first == at("2026-10-25T00:30:00+00:00")
+    assert daily.next_after(first) == at("2026-10-25T01:30:00+00:00")

@@ -3,8 +3,9 @@
 A `Schedule` is declared with the job types (`JobTypes.schedule(...)`) or in the
 `JOBRELAY_SCHEDULES` setting. Its ticks are the times its cron expression (croniter; a
 sixth field is seconds, `* * * * * *` is every second) matches in its time zone, DST
-included (croniter on zone-aware `zoneinfo` datetimes: a wall time that does not exist
-is skipped, one that happens twice fires at its first occurrence's offset).
+included (croniter on zone-aware `zoneinfo` datetimes: a wall time that a spring-forward
+change skips fires when the clock jumps; one that a fall-back change repeats fires at both
+occurrences).
 
 `plan(...)` decides what one ticker pass does with a schedule whose next tick is due:
 
