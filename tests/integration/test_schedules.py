@@ -216,3 +216,29 @@ async def test_a_worker_ticks_a_one_second_schedule(pool: AsyncConnectionPool[Co
         await worker.stop()
     ticks = [dt.datetime.fromisoformat(k.removeprefix("schedule:every-second:")) for k in keys]
     assert all(b - a == dt.timedelta(seconds=1) for a, b in itertools.pairwise(ticks))
+
+
+async def test_a_stored_schedule_whose_job_is_refused_drops_its_tick_and_blocks_no_other(
+    pool: AsyncConnectionPool[Connection],
+) -> None:
+    other = Schedule(name="other", cron="* * * * * *", job_type="diag.noop")
+    async with pool.connection() as conn:
+        await sync_schedules(conn, [EVERY_SECOND, other])
+        # Written by another version of the deployment: diag.sleep refuses a negative time.
+        await conn.execute(
+            "UPDATE job_schedules SET job_type = 'diag.sleep', payload = '{\"seconds\": -5}'"
+            " WHERE name = 'every-second'"
+        )
+    await set_next_tick(pool, "every-second", "2 seconds")
+    await set_next_tick(pool, "other", "1 second")
+    engine = enqueuer()
+    async with pool.connection() as conn:
+        counts = []
+        while (
+            count := await tick_once(conn, engine, ["every-second", "other"], grace_s=60)
+        ) is not None:
+            counts.append(count)
+    keys = await scheduled_keys(pool)
+    assert keys and all(k.startswith("schedule:other:") for k in keys)
+    refused = await schedule_row(pool, "every-second")
+    assert refused["next_tick_at"] > refused["last_tick_at"] and refused["last_job_id"] is None

@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
+from jobrelay.bootstrap import StartupError
 from jobrelay.jobs.ticker import sync_schedules
 from tests.harness import ApiHarness, api_harness
 
@@ -113,3 +116,12 @@ async def test_bad_run_at_or_delay_is_a_422_naming_the_field_and_stores_nothing(
         assert paths == [path], (extra, paths)
     page = (await api.client.get("/v1/jobs", headers=h)).json()
     assert page["items"] == []
+
+
+async def test_an_api_with_a_bad_schedule_does_not_start_and_names_it(
+    db_dsn: str, issuer_dir: Path
+) -> None:
+    bad = [{"name": "nightly", "cron": "0 3 * * *", "jobType": "diag.noop", "timezone": "Nowhere"}]
+    with pytest.raises(StartupError, match="schedule 'nightly': unknown time zone 'Nowhere'"):
+        async with api_harness(db_dsn, issuer_dir, schedules=json.dumps(bad)):
+            pass

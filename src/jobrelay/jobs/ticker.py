@@ -29,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
+from jobrelay.domain.errors import InvalidInput
 from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.models import EnqueueRequest
 from jobrelay.jobs.schedules import Schedule, dedupe_key, plan
@@ -177,7 +178,13 @@ async def tick_once(
             )
             for t in due.enqueue
         ]
-        results = await enqueuer.enqueue_many(conn, requests) if requests else []
+        try:
+            results = await enqueuer.enqueue_many(conn, requests) if requests else []
+        except InvalidInput as exc:
+            # The stored row no longer fits the job types (another deployment's version
+            # wrote it): this tick is dropped so the other schedules keep ticking.
+            log.error("schedule %s: its job was refused, tick dropped: %s", name, exc)
+            results = []
         await conn.execute(
             _QUERIES.advance_schedule,
             {
