@@ -148,6 +148,11 @@ def enqueue_command(
     payload: str = typer.Option("{}", "--payload", "-p", help="Payload as JSON."),
     priority: int | None = typer.Option(None, help="0 is the most urgent."),
     delay: float = typer.Option(0.0, help="Seconds before the job becomes available."),
+    run_at: str | None = typer.Option(
+        None,
+        help="When the job becomes available, RFC 3339 with an offset, e.g. "
+        "2026-12-24T18:00:00+01:00 (not with --delay).",
+    ),
     max_attempts: int | None = typer.Option(None, help="Attempts before failing."),
     app: list[str] | None = APP_OPTION,
 ) -> None:
@@ -156,11 +161,40 @@ def enqueue_command(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise InvalidInput("payload is not JSON", [FieldError("payload", str(exc))]) from exc
+    if delay < 0:
+        raise InvalidInput(
+            f"invalid --delay {delay}: must be >= 0", [FieldError("--delay", ">= 0")]
+        )
+    when = _run_at(run_at) if run_at is not None else None
+    if when is not None and delay:
+        raise InvalidInput(
+            "give --run-at or --delay, not both", [FieldError("--run-at", "not with --delay")]
+        )
     request = EnqueueRequest(
-        type=job_type, payload=data, priority=priority, delay_s=delay, max_attempts=max_attempts
+        type=job_type,
+        payload=data,
+        priority=priority,
+        delay_s=delay,
+        run_at=when,
+        max_attempts=max_attempts,
     )
     result = _with_services(lambda s: s.jobs.enqueue(request), app)
     _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
+
+
+def _run_at(text: str) -> dt.datetime:
+    message = "must be an RFC 3339 date-time with an offset, e.g. 2026-12-24T18:00:00+01:00"
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            f"invalid --run-at {text!r}: {message}", [FieldError("--run-at", message)]
+        ) from None
+    if "T" not in text.upper() or when.utcoffset() is None:
+        raise InvalidInput(
+            f"invalid --run-at {text!r}: {message}", [FieldError("--run-at", message)]
+        )
+    return when
 
 
 @jobs_app.command("show")
