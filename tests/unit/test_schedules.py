@@ -106,6 +106,7 @@ def test_dedupe_key_names_the_schedule_and_the_tick_in_utc() -> None:
     [
         ({"cron": "61 * * * *"}, "schedule 'bad': invalid cron expression '61 * * * *'"),
         ({"timezone": "Mars/Olympus"}, "schedule 'bad': unknown time zone 'Mars/Olympus'"),
+        ({"cron": "0 0 30 2 *"}, "schedule 'bad': cron expression '0 0 30 2 *' never matches"),
         ({"catch_up": "all"}, "schedule 'bad': unknown catch_up 'all'"),
         ({"job_type": "no.such"}, "schedule 'bad': unknown job type 'no.such'"),
         ({"payload": {"nope": 1}}, "schedule 'bad': invalid payload (payload.nope:"),

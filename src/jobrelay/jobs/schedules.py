@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 MAX_ON_TIME = 1000  # jobs one pass enqueues for one schedule's on-time ticks, at most
 
@@ -64,12 +64,19 @@ class Schedule:
         found: list[str] = []
         if not self.name or len(self.name) > 100 or self.name != self.name.strip():
             found.append(f"schedule name {self.name!r} must be 1 to 100 characters")
-        if not isinstance(self.cron, str) or not croniter.is_valid(self.cron):
-            found.append(f"{what}: invalid cron expression {self.cron!r}")
+        zone_ok = True
         try:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError, TypeError):
             found.append(f"{what}: unknown time zone {self.timezone!r}")
+            zone_ok = False
+        if not isinstance(self.cron, str) or not croniter.is_valid(self.cron):
+            found.append(f"{what}: invalid cron expression {self.cron!r}")
+        elif zone_ok:
+            try:  # e.g. `0 0 30 2 *` is well formed but never comes
+                self.next_after(dt.datetime.now(dt.UTC))
+            except CroniterError:
+                found.append(f"{what}: cron expression {self.cron!r} never matches")
         if self.catch_up not in {c.value for c in CatchUp}:
             found.append(
                 f"{what}: unknown catch_up {self.catch_up!r} (one of: "

@@ -12,7 +12,7 @@ database, so it survives restarts; what happens to ticks missed while no worker 
 the schedule's catch-up policy (`jobrelay.jobs.schedules.plan`).
 
 The loop sleeps until the earliest next tick (database time), at most `max_wait_s` (so a
-schedule another worker added is picked up), at least `min_wait_s`.
+schedule whose next tick another worker moved is seen), at least `min_wait_s`.
 """
 
 from __future__ import annotations
