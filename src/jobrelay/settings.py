@@ -12,6 +12,7 @@ container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import typing
@@ -367,6 +368,18 @@ class Settings(BaseSettings):
     jobs_failpoints: str = Field(
         default="", description="Injected failures for drills and tests, e.g. name=2,name."
     )
+    schedules: str = Field(
+        default="",
+        description="Schedules as a JSON list of objects: name, cron (a 6th field is "
+        "seconds), jobType, and optionally payload, timezone (default UTC), catchUp "
+        "(one, the default, or skip); added to those the job types declare.",
+    )
+    schedules_grace_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A schedule tick a worker reaches later than this after it was due was "
+        "missed (its catch-up policy applies); a younger one gets its own job.",
+    )
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="auto: console on a terminal, else JSON."
     )
@@ -416,6 +429,18 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_failpoints(cls, value: str) -> str:
         parse_failpoints(value)
+        return value
+
+    @field_validator("schedules")
+    @classmethod
+    def _valid_schedules(cls, value: str) -> str:
+        if value.strip():
+            try:
+                entries = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"JOBRELAY_SCHEDULES is not JSON: {exc}") from None
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+                raise ValueError("JOBRELAY_SCHEDULES must be a JSON list of objects")
         return value
 
     @model_validator(mode="after")

@@ -24,7 +24,7 @@ PUBLIC = {"/healthz", "/readyz", "/dev/local-issuer/jwks.json", "/v1/webhooks/wo
 # (The worker webhook is authenticated by its Standard Webhooks signature instead.)
 
 # Routes not scoped to an organization: the caller itself, and admin-only jobs endpoints.
-NOT_TENANT_SCOPED = re.compile(r"^/v1/(me|jobs.*|media/.*)$")
+NOT_TENANT_SCOPED = re.compile(r"^/v1/(me|jobs.*|media/.*|schedules)$")
 
 # How to make a resource in another organization for each path parameter (optionally per
 # path); a new route with a new parameter must add its factory here, so no endpoint escapes

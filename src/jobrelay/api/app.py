@@ -17,6 +17,7 @@ from jobrelay.api.routes import (
     health,
     jobs,
     metrics,
+    schedules,
     tenancy,
     webhooks,
 )
@@ -38,6 +39,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(health.router)
     app.include_router(tenancy.router)
     app.include_router(jobs.router)
+    app.include_router(schedules.router)
     app.include_router(batches.router)
     app.include_router(children.router)
     app.include_router(webhooks.router)

@@ -3,6 +3,8 @@ worker's configuration built from them."""
 
 from __future__ import annotations
 
+import json
+
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import content, diagnostics
@@ -18,6 +20,7 @@ from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.loading import AppLoadError, load_app, load_entry_points
 from jobrelay.jobs.registry import Registry, RegistryError
+from jobrelay.jobs.schedules import Schedule, from_setting
 from jobrelay.jobs.service import JobsService
 from jobrelay.jobs.worker import WorkerConfig
 from jobrelay.settings import Settings
@@ -59,7 +62,27 @@ def deployment_job_types(
             group.include(installed)
     except AppLoadError as exc:
         raise StartupError(str(exc)) from None
+    for schedule in configured_schedules(settings):
+        group.schedule(
+            schedule.name,
+            cron=schedule.cron,
+            job_type=schedule.job_type,
+            payload=schedule.payload,
+            timezone=schedule.timezone,
+            catch_up=schedule.catch_up,
+        )
     return group
+
+
+def configured_schedules(settings: Settings) -> list[Schedule]:
+    """The schedules of `JOBRELAY_SCHEDULES` (checked with the job types by the registry);
+    raises `StartupError` naming a malformed entry."""
+    if not settings.schedules.strip():
+        return []
+    try:
+        return from_setting(json.loads(settings.schedules))
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def jobs_registry(
@@ -161,6 +184,7 @@ def worker_config(
         listen_conninfo=listen or None,
         claim_session_settings=not through_transaction_pooler(settings),
         metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
+        schedule_grace_s=settings.schedules_grace_s,
     )
 
 

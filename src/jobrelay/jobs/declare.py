@@ -44,6 +44,7 @@ from jobrelay.jobs.registry import (
     Sweep,
     tagged,
 )
+from jobrelay.jobs.schedules import DEFAULT_CATCH_UP, Schedule
 
 H = TypeVar("H", bound=Callable[..., Awaitable[Outcome]])
 SweepFn = Callable[..., Awaitable[int]]
@@ -62,6 +63,7 @@ class JobTypes:
         self._classes: dict[str, int] = {}
         self._class_conflicts: list[str] = []
         self._sweeps: list[Sweep] = []
+        self._schedules: list[Schedule] = []
         for name, slots in (classes or {}).items():
             self.concurrency_class(name, slots=slots)
 
@@ -154,6 +156,7 @@ class JobTypes:
             self.concurrency_class(name, slots=slots)
         self._class_conflicts.extend(other._class_conflicts)
         self._sweeps.extend(other._sweeps)
+        self._schedules.extend(other._schedules)
 
     @property
     def names(self) -> frozenset[str]:
@@ -166,7 +169,37 @@ class JobTypes:
         problems.extend(self._class_conflicts)
         if problems:
             raise RegistryError("; ".join(problems))
-        return Registry(self._entries.values(), classes=self._classes, sweeps=self._sweeps)
+        return Registry(
+            self._entries.values(),
+            classes=self._classes,
+            sweeps=self._sweeps,
+            schedules=self._schedules,
+        )
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        timezone: str = "UTC",
+        catch_up: str = DEFAULT_CATCH_UP.value,
+    ) -> None:
+        """Enqueue a `job_type` job with `payload` at every tick of `cron` (croniter; a
+        sixth field is seconds) in `timezone`, exactly once per tick across all workers.
+        `catch_up`: `one` (default: one job for the ticks missed while no worker ran) or
+        `skip`. `registry()` checks the cron, zone, policy, job type and payload."""
+        self._schedules.append(
+            Schedule(
+                name=name,
+                cron=cron,
+                job_type=job_type,
+                payload=dict(payload or {}),
+                timezone=timezone,
+                catch_up=catch_up,
+            )
+        )
 
 
 def _payload_of(name: str, handler: Callable[..., Any]) -> type[JobPayload]:

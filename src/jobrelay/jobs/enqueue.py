@@ -16,6 +16,7 @@ the same transaction: a parent is never visible without its dispatch (invariant 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,7 @@ class _Row:
     delay_s: float | None  # None: never available (a waiting parent)
     parent_id: uuid.UUID | None
     model: Any = None
+    run_at: dt.datetime | None = None  # available then (instead of now + delay_s)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -82,6 +84,7 @@ class _Row:
             "delay_s": self.delay_s,
             "parent_id": None if self.parent_id is None else str(self.parent_id),
             "role": str(self.job_type.role),
+            "run_at": None if self.run_at is None else self.run_at.isoformat(),
         }
 
 
@@ -134,7 +137,7 @@ class Enqueuer:
             id=new_uuid(),
             job_type=job_type,
             payload=payload_dict(model),
-            dedupe_key=job_type.dedupe_key(model),
+            dedupe_key=job_type.dedupe_key(model) or request.dedupe_key,
             revision=job_type.revision(model),
             source_key=job_type.source_key(model),
             concurrency_class=str(job_type.class_for(model)),
@@ -143,6 +146,7 @@ class Enqueuer:
             delay_s=None if job_type.role is JobRole.PARENT else max(0.0, request.delay_s),
             parent_id=request.parent_id,
             model=model,
+            run_at=None if job_type.role is JobRole.PARENT else _aware(request.run_at, path),
         )
 
     async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
@@ -226,6 +230,14 @@ class Enqueuer:
         self._failpoints.hit("batch.after_parent")
         await self._write(conn, children)
         self._failpoints.hit("batch.after_dispatch")
+
+
+def _aware(run_at: dt.datetime | None, path: str) -> dt.datetime | None:
+    if run_at is not None and run_at.utcoffset() is None:
+        raise InvalidInput(
+            "invalid run time", [FieldError(f"{path}runAt", "must have a time zone offset")]
+        )
+    return run_at
 
 
 def _merge_groups(policy: ConflictPolicy, rows: list[_Row]) -> dict[str | None, list[_Row]]:

@@ -102,7 +102,12 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueRequest:
-    """One job to enqueue. Defaults come from the job type (priority, max attempts)."""
+    """One job to enqueue. Defaults come from the job type (priority, max attempts).
+
+    `dedupe_key`: the key of a job whose type's rule gives none (a schedule's tick key);
+    a type that defines a dedupe key keeps its own.
+    `run_at`: when the job becomes available (zone-aware; instead of `delay_s`).
+    """
 
     type: str
     payload: Mapping[str, Any]
@@ -110,6 +115,8 @@ class EnqueueRequest:
     delay_s: float = 0.0
     max_attempts: int | None = None
     parent_id: uuid.UUID | None = None
+    dedupe_key: str | None = None
+    run_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest
+from jobrelay.jobs.schedules import Schedule
 
 
 class RegistryError(RuntimeError):
@@ -211,6 +212,7 @@ class Registry:
         *,
         classes: Mapping[str, int] | None = None,
         sweeps: Iterable[Sweep] = (),
+        schedules: Iterable[Schedule] = (),
     ):
         self._types: dict[str, JobType[Any]] = {}
         problems: list[str] = []
@@ -237,6 +239,7 @@ class Registry:
         self._adapter: TypeAdapter[JobPayload] = TypeAdapter(
             Annotated[union, Field(discriminator="type")]
         )
+        self._schedules = self._checked_schedules(schedules)
 
     @property
     def names(self) -> frozenset[str]:
@@ -281,6 +284,36 @@ class Registry:
                 FieldError(_payload_path(err["loc"], type_name), err["msg"]) for err in exc.errors()
             ]
             raise InvalidInput(f"invalid payload for job type {type_name!r}", errors) from exc
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The declared schedules (`JobTypes.schedule`, `JOBRELAY_SCHEDULES`), checked."""
+        return self._schedules
+
+    def _checked_schedules(self, schedules: Iterable[Schedule]) -> tuple[Schedule, ...]:
+        """The schedules, or `RegistryError` naming every bad one: a name used twice, an
+        invalid cron or zone, an unknown catch-up policy or job type, a bad payload."""
+        problems: list[str] = []
+        seen: set[str] = set()
+        checked = tuple(schedules)
+        for schedule in checked:
+            if schedule.name in seen:
+                problems.append(f"schedule {schedule.name!r} is declared twice")
+            seen.add(schedule.name)
+            problems.extend(schedule.problems())
+            if schedule.job_type not in self._types:
+                problems.append(
+                    f"schedule {schedule.name!r}: unknown job type {schedule.job_type!r}"
+                )
+                continue
+            try:
+                self.parse(schedule.job_type, schedule.payload)
+            except InvalidInput as exc:
+                details = "; ".join(f"{e.path}: {e.message}" for e in exc.errors)
+                problems.append(f"schedule {schedule.name!r}: invalid payload ({details})")
+        if problems:
+            raise RegistryError("; ".join(problems))
+        return checked
 
 
 def _payload_path(loc: tuple[int | str, ...], type_name: str) -> str:

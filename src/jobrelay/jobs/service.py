@@ -13,12 +13,13 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
 from jobrelay.domain.jobs import JobStatus
-from jobrelay.jobs import claims, diagnosis
+from jobrelay.jobs import claims, diagnosis, ticker
 from jobrelay.jobs.diagnosis import Diagnosis
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued, Job, JobPage
 from jobrelay.jobs.registry import Registry
+from jobrelay.jobs.ticker import ScheduleView
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 _QUERIES = Queries("jobrelay.jobs")
@@ -130,6 +131,12 @@ class JobsService:
         raise Conflict(
             f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried"
         )
+
+    async def schedules(self) -> list[ScheduleView]:
+        """Every schedule: stored (with its last and next tick) or declared, by name."""
+        async with self.pool.connection() as conn:
+            stored = await ticker.list_schedules(conn)
+        return ticker.schedule_views(stored, self.registry.schedules)
 
     def worker(self, config: WorkerConfig) -> Worker:
         return Worker(

@@ -25,6 +25,7 @@ flush loops are hot paths: they keep their own `while` and use the same `Backoff
   when the worker stops claiming on a clean stop. Diagnoses read it ("no worker serves
   this class").
 * `LeaseRescuer`, `ParentReconciler`, `Pruner`, the declared sweeps: see `maintenance.py`.
+* `ScheduleTicker` (when schedules are declared): see `ticker.py`.
 
 Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, let running jobs
 finish for `shutdown_grace_s`, then cancel the rest and release their claims (pending at
@@ -76,6 +77,7 @@ from jobrelay.jobs.maintenance import (
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.registry import JobContext, JobType, Registry
+from jobrelay.jobs.ticker import DEFAULT_GRACE_S, ScheduleTicker
 from jobrelay.loops import Backoff, Health, Loop, Periodic, retry
 
 log = logging.getLogger("jobrelay.jobs.worker")
@@ -106,6 +108,8 @@ class WorkerConfig:
     `global_caps`: at most that many running jobs of a class across ALL workers (every
     worker must use the same caps).
     `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
+    `schedule_grace_s`: a schedule's tick due for longer than this when a ticker reaches it
+    was missed (its catch-up policy applies); a younger one gets its own job.
     `retention_s`: finished jobs older than this are pruned (None: never).
     `prune_log_threshold`: a prune pass deleting more rows than this logs a warning.
     `listen_conninfo`: the session connection the listener uses (default: the pool's); a
@@ -133,6 +137,7 @@ class WorkerConfig:
     claim_session_settings: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
+    schedule_grace_s: float = DEFAULT_GRACE_S
     shared: bool = field(init=False, default=False)  # built from `concurrency` alone
 
     def __post_init__(self) -> None:
@@ -171,6 +176,8 @@ class WorkerConfig:
             raise ValueError(f"retention_s must be > 0 or None, got {self.retention_s}")
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
+        if not self.schedule_grace_s > 0:
+            raise ValueError(f"schedule_grace_s must be > 0, got {self.schedule_grace_s}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -306,6 +313,15 @@ class Worker:
             )
             for sweep in registry.sweeps
         ]
+        # The declared schedules: every worker ticks them, each tick enqueued once overall.
+        self.ticker: ScheduleTicker | None = None
+        if registry.schedules:
+            self.ticker = ScheduleTicker(
+                pool=pool,
+                schedules=registry.schedules,
+                enqueuer=self._enqueuer,
+                grace_s=config.schedule_grace_s,
+            )
         self.presence = Periodic(
             name="worker-presence", interval_s=config.heartbeat_interval_s, run=self._announce
         )
@@ -339,6 +355,8 @@ class Worker:
             loops.append(self.listener)
         if self.pruner is not None:
             loops.append(self.pruner)
+        if self.ticker is not None:
+            loops.append(self.ticker)
         return loops
 
     async def start(self) -> None:

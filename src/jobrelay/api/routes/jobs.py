@@ -8,7 +8,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
-from pydantic import Field
+from pydantic import AwareDatetime, Field, field_validator
 
 from jobrelay.api.deps import AdminDep, ServicesDep
 from jobrelay.api.schemas import ApiModel
@@ -25,8 +25,25 @@ class JobIn(ApiModel):
     type: str
     payload: dict[str, Any] = Field(default_factory=dict)
     priority: int | None = None
-    delay_seconds: float = 0.0
+    run_at: AwareDatetime | None = Field(
+        default=None,
+        description="When the job becomes available: an RFC 3339 date-time with an offset "
+        "(e.g. 2026-12-01T03:00:00+01:00); a past time is now. Not with delay.",
+    )
+    delay: float | None = Field(
+        default=None, description="Seconds (>= 0, at most a year) before the job is available."
+    )
+    delay_seconds: float | None = Field(
+        default=None, description="The former name of delay (deprecated)."
+    )
     max_attempts: int | None = None
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _rfc3339(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise ValueError("must be an RFC 3339 date-time with an offset")
+        return value
 
 
 class JobOut(ApiModel):
@@ -155,12 +172,33 @@ class MediaStatusPage(ApiModel):
     items: list[MediaStatusOut]
 
 
+_MAX_DELAY_S = 366 * 86400
+
+
 def _check_ranges(body: JobIn) -> None:
     errors: list[FieldError] = []
     if body.priority is not None and not 0 <= body.priority <= 32767:
         errors.append(FieldError("priority", "must be between 0 and 32767"))
-    if not 0 <= body.delay_seconds <= 366 * 86400:
-        errors.append(FieldError("delaySeconds", "must be between 0 and one year"))
+    given = [
+        name
+        for name, value in (
+            ("runAt", body.run_at),
+            ("delay", body.delay),
+            ("delaySeconds", body.delay_seconds),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        errors.append(
+            FieldError(given[1], f"give one of runAt and delay, not {' and '.join(given)}")
+        )
+    for name, delay in (("delay", body.delay), ("delaySeconds", body.delay_seconds)):
+        if delay is not None and not 0 <= delay <= _MAX_DELAY_S:
+            errors.append(FieldError(name, "must be between 0 and one year (in seconds)"))
+    if body.run_at is not None:
+        ahead = body.run_at - dt.datetime.now(dt.UTC)  # a bound only; the database sets the time
+        if ahead > dt.timedelta(seconds=_MAX_DELAY_S):
+            errors.append(FieldError("runAt", "must be at most one year ahead"))
     if body.max_attempts is not None and not 1 <= body.max_attempts <= 1000:
         errors.append(FieldError("maxAttempts", "must be between 1 and 1000"))
     if errors:
@@ -184,7 +222,8 @@ async def enqueue_job(
             type=body.type,
             payload=body.payload,
             priority=body.priority,
-            delay_s=body.delay_seconds,
+            delay_s=body.delay or body.delay_seconds or 0.0,
+            run_at=body.run_at,
             max_attempts=body.max_attempts,
         )
     )

@@ -6,6 +6,7 @@ Output of the `jobs` commands is JSON (camelCase, as the API returns it).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import signal
 import uuid
@@ -15,8 +16,10 @@ from typing import Any, TypeVar
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.table import Table
 
 from jobrelay.api.routes.jobs import DiagnosisOut, JobOut, JobPageOut
+from jobrelay.api.routes.schedules import ScheduleOut, SchedulePage
 from jobrelay.bootstrap import (
     Services,
     WorkerConfig,
@@ -38,12 +41,14 @@ from jobrelay.settings import Settings
 
 console = Console()
 jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
+schedules_app = typer.Typer(help="The cron schedules that enqueue jobs.", no_args_is_help=True)
 T = TypeVar("T")
 
 
 def register(app: typer.Typer) -> None:
     app.command("worker")(worker_command)
     app.add_typer(jobs_app, name="jobs")
+    app.add_typer(schedules_app, name="schedules")
 
 
 def worker_command(
@@ -143,6 +148,11 @@ def enqueue_command(
     payload: str = typer.Option("{}", "--payload", "-p", help="Payload as JSON."),
     priority: int | None = typer.Option(None, help="0 is the most urgent."),
     delay: float = typer.Option(0.0, help="Seconds before the job becomes available."),
+    run_at: str | None = typer.Option(
+        None,
+        help="When the job becomes available, RFC 3339 with an offset, e.g. "
+        "2026-12-24T18:00:00+01:00 (not with --delay).",
+    ),
     max_attempts: int | None = typer.Option(None, help="Attempts before failing."),
     app: list[str] | None = APP_OPTION,
 ) -> None:
@@ -151,11 +161,40 @@ def enqueue_command(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise InvalidInput("payload is not JSON", [FieldError("payload", str(exc))]) from exc
+    if delay < 0:
+        raise InvalidInput(
+            f"invalid --delay {delay}: must be >= 0", [FieldError("--delay", ">= 0")]
+        )
+    when = _run_at(run_at) if run_at is not None else None
+    if when is not None and delay:
+        raise InvalidInput(
+            "give --run-at or --delay, not both", [FieldError("--run-at", "not with --delay")]
+        )
     request = EnqueueRequest(
-        type=job_type, payload=data, priority=priority, delay_s=delay, max_attempts=max_attempts
+        type=job_type,
+        payload=data,
+        priority=priority,
+        delay_s=delay,
+        run_at=when,
+        max_attempts=max_attempts,
     )
     result = _with_services(lambda s: s.jobs.enqueue(request), app)
     _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
+
+
+def _run_at(text: str) -> dt.datetime:
+    message = "must be an RFC 3339 date-time with an offset, e.g. 2026-12-24T18:00:00+01:00"
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            f"invalid --run-at {text!r}: {message}", [FieldError("--run-at", message)]
+        ) from None
+    if "T" not in text.upper() or when.utcoffset() is None:
+        raise InvalidInput(
+            f"invalid --run-at {text!r}: {message}", [FieldError("--run-at", message)]
+        )
+    return when
 
 
 @jobs_app.command("show")
@@ -206,3 +245,36 @@ def media_status_command(media_ids: list[str] = _MEDIA_IDS) -> None:
     """The state of the newest media.process job of each media id (or none)."""
     statuses = _with_services(lambda s: s.media.media_status(media_ids))
     _print([{"mediaId": m.media_id, "status": m.status} for m in statuses])
+
+
+@schedules_app.command("list")
+def schedules_list_command(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON, as GET /v1/schedules."),
+    app: list[str] | None = APP_OPTION,
+) -> None:
+    """Schedules by name: cron, time zone, next and last tick, job type, catch-up policy.
+
+    A schedule declared here but not yet started by any worker has no next tick; one
+    stored but no longer declared here is marked `(not declared)`.
+    """
+    views = _with_services(lambda s: s.jobs.schedules(), app)
+    page = SchedulePage(items=[ScheduleOut.of(v) for v in views])
+    if as_json:
+        _print(page)
+        return
+    table = Table("name", "cron", "timezone", "next tick", "last tick", "job type", "catch-up")
+    for item in page.items:
+        table.add_row(
+            item.name if item.declared else f"{item.name} (not declared)",
+            item.cron,
+            item.timezone,
+            _when(item.next_tick_at),
+            _when(item.last_tick_at),
+            item.job_type,
+            item.catch_up,
+        )
+    console.print(table)
+
+
+def _when(moment: dt.datetime | None) -> str:
+    return "-" if moment is None else moment.astimezone(dt.UTC).isoformat()

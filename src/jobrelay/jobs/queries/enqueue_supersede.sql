@@ -11,7 +11,8 @@ input AS (
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS t (
         id uuid, type text, payload jsonb, dedupe_key text, revision bigint, source_key text,
         concurrency_class text, priority smallint, max_attempts integer, delay_s float8,
-        parent_id uuid, role text
+        parent_id uuid, role text,
+        run_at timestamptz
     )
 ),
 written AS (
@@ -24,7 +25,11 @@ written AS (
         max_attempts,
         -- a NULL delay: a parent waiting for its children, never claimed (the end of time,
         -- not 'infinity', which Python's datetime cannot hold)
-        coalesce(clock_timestamp() + make_interval(secs => delay_s), '9999-12-31 00:00:00+00'),
+        coalesce(
+            run_at,  -- a job asked for at a time (runAt), else now plus the delay
+            clock_timestamp() + make_interval(secs => delay_s),
+            '9999-12-31 00:00:00+00'
+        ),
         parent_id, role
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
