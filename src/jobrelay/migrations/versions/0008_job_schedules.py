@@ -6,14 +6,14 @@ rows (`next_tick_at <= now()`, `FOR UPDATE SKIP LOCKED`), enqueues the tick's jo
 advances `last_tick_at`/`next_tick_at` in the same transaction: a tick is enqueued once
 however many workers run, and the last run survives restarts. Times are database time.
 
-Revision ID: 0010
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
 """
 
 from alembic import op
 
-revision = "0010"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
