@@ -6,9 +6,10 @@ batch is the same 404 page as a missing one). Every POST checks the session's CS
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -20,6 +21,7 @@ from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
 from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, Unauthenticated
 from jobrelay.domain.jobs import JobStatus
+from jobrelay.jobs.models import JobFilter
 
 router = APIRouter()
 
@@ -154,24 +156,59 @@ async def health(request: Request, caller: UiAdminDep, services: ServicesDep) ->
 # -- jobs (admins) -----------------------------------------------------------------------
 
 
+_FILTER_TEXT = ("type", "status", "class", "sourceKey", "dedupeKey")
+_FILTER_TIMES = ("createdFrom", "createdTo", "finishedFrom", "finishedTo")
+
+
+def _parse_time(path: str, value: str, errors: list[FieldError]) -> dt.datetime | None:
+    """A time of the filter form (`datetime-local` gives `2026-12-01T15:04`; naive = UTC)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        errors.append(FieldError(path, f"not a time: {value[:40]!r} (use 2026-12-01T15:04)"))
+        return None
+
+
+def _job_filter(values: dict[str, str]) -> JobFilter:
+    """The filter of the jobs page's form; raises `InvalidInput` naming every bad field
+    (times here, the rest in `check_filter`)."""
+    errors: list[FieldError] = []
+    times = {name: _parse_time(name, values[name], errors) for name in _FILTER_TIMES}
+    if errors:
+        raise InvalidInput("invalid job filter", errors)
+    return JobFilter(
+        type=values["type"] or None,
+        status=values["status"] or None,
+        concurrency_class=values["class"] or None,
+        source_key=values["sourceKey"] or None,
+        dedupe_key=values["dedupeKey"] or None,
+        created_from=times["createdFrom"],
+        created_to=times["createdTo"],
+        finished_from=times["finishedFrom"],
+        finished_to=times["finishedTo"],
+    )
+
+
 @router.get("/jobs", response_class=HTMLResponse)
 async def jobs(
     request: Request,
     caller: UiAdminDep,
     services: ServicesDep,
-    type: Annotated[str | None, Query(max_length=200)] = None,
-    job_status: Annotated[str | None, Query(alias="status", max_length=40)] = None,
     before: uuid.UUID | None = None,
 ) -> Response:
-    page = await services.jobs.list_jobs(
-        type=type or None, status=job_status or None, limit=JOBS_PAGE, before=before
-    )
+    values = {
+        name: request.query_params.get(name, "").strip() for name in (*_FILTER_TEXT, *_FILTER_TIMES)
+    }
+    page = await services.jobs.list_jobs(filter=_job_filter(values), limit=JOBS_PAGE, before=before)
+    query = urlencode({k: v for k, v in values.items() if v})
     context = {
         "caller": caller,
         "jobs": page.jobs,
         "next_before": page.next_before,
-        "type": type or "",
-        "status": job_status or "",
+        "filters": values,
+        "query": query,
         "statuses": [s.value for s in JobStatus],
     }
     return render(request, "jobs.html", context)
@@ -185,6 +222,7 @@ async def job(
     context = {
         "caller": caller,
         "job": found,
+        "attempts": await services.jobs.attempts(job_id),
         "diagnosis": await services.jobs.diagnose(job_id),
         "children": await services.jobs.children(job_id),
     }
