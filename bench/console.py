@@ -24,12 +24,15 @@ import time
 from pathlib import Path
 
 import httpx
+from psycopg_pool import AsyncConnectionPool
 
 from bench.batches_common import environment
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import _SQL as BATCH_SQL
 from jobrelay.batches.service import BatchService
+from jobrelay.db.pool import Connection
+from jobrelay.jobs.service import _QUERIES as JOBS_SQL
 
 JOBS = int(os.environ.get("BENCH_CONSOLE_JOBS", "1000000"))
 ITEMS = int(os.environ.get("BENCH_CONSOLE_ITEMS", "10000"))
@@ -164,6 +167,7 @@ async def main() -> None:
             ).fetchall()
         print("processing_batches plan:")
         print("\n".join("  " + str(r["QUERY PLAN"]) for r in plan))
+        await _list_plans(pool, failed_job)
 
         # -- the API ---------------------------------------------------------------------
         with tempfile.TemporaryDirectory() as data_dir:
@@ -189,6 +193,48 @@ async def main() -> None:
                 process.terminate()
                 process.wait(timeout=30)
     print(f"load average after {os.getloadavg()}")
+
+
+async def _list_plans(pool: AsyncConnectionPool[Connection], failed_job: object) -> None:
+    """The plan of the jobs list for some filters: the nodes that read jobs, and the time."""
+    base: dict[str, object] = dict.fromkeys(
+        [
+            "type",
+            "status",
+            "class",
+            "source_key",
+            "dedupe_key",
+            "created_from",
+            "created_to",
+            "finished_from",
+            "finished_to",
+            "id_floor",
+            "id_ceiling",
+            "before",
+        ]
+    )
+    cases: dict[str, dict[str, object]] = {
+        "no filter": {},
+        "status=failed": {"status": "failed"},
+        "type=bulk.1 status=completed": {"type": "bulk.1", "status": "completed"},
+        "class=ai": {"class": "ai"},
+        "status=cancelled (none)": {"status": "cancelled"},
+        "class=gpu (none)": {"class": "gpu"},
+        "type=bulk.2 status=failed": {"type": "bulk.2", "status": "failed"},
+        "sourceKey": {"source_key": "s:123450"},
+        "page after a failed job": {"before": failed_job},
+    }
+    print("list_jobs plans (the nodes reading jobs):")
+    async with pool.connection() as conn:
+        for name, params in cases.items():
+            cursor = await conn.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + JOBS_SQL.list_jobs,
+                {**base, **params, "limit": 51},
+                prepare=False,
+            )
+            lines = [str(r["QUERY PLAN"]) for r in await cursor.fetchall()]
+            nodes = [ln.strip() for ln in lines if " on jobs" in ln or "Execution" in ln]
+            print(f"  {name}: " + " | ".join(nodes))
 
 
 def _start_api(env_vars: dict[str, str], port: int) -> subprocess.Popen[str]:
@@ -250,6 +296,9 @@ async def _measure(
         ("jobs status=failed", "/ui/jobs?status=failed", {}),
         ("jobs type+status", "/ui/jobs?type=bulk.1&status=completed", {}),
         ("jobs class=ai", "/ui/jobs?class=ai", {}),
+        ("jobs status=cancelled (none)", "/ui/jobs?status=cancelled", {}),
+        ("jobs class=gpu (none)", "/ui/jobs?class=gpu", {}),
+        ("jobs type=bulk.2&status=failed", "/ui/jobs?type=bulk.2&status=failed", {}),
         ("jobs sourceKey", "/ui/jobs?sourceKey=s:123450", {}),
         ("jobs dedupeKey", "/ui/jobs?dedupeKey=d:123450", {}),
         ("jobs created before 6 days ago", f"/ui/jobs?createdTo={week_ago}", {}),

@@ -210,6 +210,7 @@ async def test_the_list_reads_indexes_not_the_whole_history(api: ApiHarness) -> 
         "a page further": ({"before": newest[0]["id"]}, "jobs_pkey"),
         "source key": ({"source_key": "s:1230"}, "jobs_source_key_idx"),
         "dedupe key": ({"dedupe_key": "d:1230"}, "jobs_dedupe_key_idx"),
+        "a class no job has": ({"class": "gpu"}, "jobs_class_idx"),
         "created long ago": (
             {
                 "created_to": now - dt.timedelta(days=2),
@@ -237,7 +238,13 @@ async def test_the_list_reads_indexes_not_the_whole_history(api: ApiHarness) -> 
             assert ("Seq Scan", "jobs") not in nodes, (name, nodes)
             assert index in {n[1] for n in nodes}, (name, nodes)
         # Rare statuses and classes: no sequential scan either (skip scan or index order).
-        for params in ({"status": "failed"}, {"type": "bulk.1", "status": "failed"}):
+        for params in (
+            {"status": "failed"},
+            {"status": "cancelled"},
+            {"type": "bulk.2", "status": "failed"},
+            {"class": "ai"},
+            {"class": "default"},
+        ):
             cursor = await conn.execute(
                 "EXPLAIN (FORMAT JSON) " + _QUERIES.list_jobs,
                 {**base, **params, "limit": 51},
