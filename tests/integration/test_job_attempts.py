@@ -121,18 +121,36 @@ async def test_cancel_records_a_running_attempt_not_a_pending_job(api: ApiHarnes
     assert child_attempt["outcome"] == "cancelled" and child_attempt["workerId"] == "w-child"
 
 
-async def test_pruning_a_finished_job_removes_its_attempts(api: ApiHarness) -> None:
+async def test_pruning_a_finished_job_removes_its_attempts_and_its_childrens(
+    api: ApiHarness,
+) -> None:
     job_id = await _enqueue(api)
     claimed = await _claim(api)
     async with api.services.pool.connection() as conn:
         await claims.fail(conn, claimed, kind=FailureKind.PERMANENT, error="gone")
-    assert len(await _sql(api, "SELECT 1 FROM job_attempts WHERE job_id = %s", job_id)) == 1
+    parent = await _enqueue(api, delay_s=3600.0)
+    child = await _enqueue(api, parent_id=parent)
+    claimed_child = await _claim(api)
+    assert claimed_child.id == child
+    async with api.services.pool.connection() as conn:
+        await claims.fail(conn, claimed_child, kind=FailureKind.PERMANENT, error="child gone")
+    await api.services.jobs.cancel(parent)
+    kept = await _enqueue(api)  # a recent failure stays, with its attempt
+    claimed_kept = await _claim(api)
+    async with api.services.pool.connection() as conn:
+        await claims.fail(conn, claimed_kept, kind=FailureKind.PERMANENT, error="recent")
+
+    count = "SELECT job_id FROM job_attempts ORDER BY job_id"
+    assert {r["job_id"] for r in await _sql(api, count)} == {job_id, child, kept}
     await _sql(
-        api, "UPDATE jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", job_id
+        api,
+        "UPDATE jobs SET finished_at = finished_at - interval '2 days' WHERE id = ANY(%s)",
+        [job_id, parent],
     )
     async with api.services.pool.connection() as conn:
-        assert await claims.prune_finished(conn, retention_s=86400) == 1
-    assert await _sql(api, "SELECT 1 FROM job_attempts WHERE job_id = %s", job_id) == []
+        assert await claims.prune_finished(conn, retention_s=86400) == 2
+    assert await _sql(api, "SELECT id FROM jobs WHERE id = ANY(%s)", [job_id, parent, child]) == []
+    assert [r["job_id"] for r in await _sql(api, count)] == [kept]
 
 
 async def test_attempts_of_an_unknown_or_malformed_job(api: ApiHarness) -> None:

@@ -6,8 +6,11 @@
   error of every attempt (the job row keeps only `last_error`). Claims and completions write
   nothing here: a successful attempt is the job row itself. The key is (job_id, claim_token)
   (every claim has a fresh token; attempt numbers restart when an operator retries a job or a
-  changed revision requeues it). `ON DELETE CASCADE`: pruning a finished job removes its
-  attempts, through the key's leading column.
+  changed revision requeues it). No foreign key to `jobs`: seed 003's deployments may still
+  run `jobs` UNLOGGED until the `SET LOGGED` runbook (`jobrelay ops set-logged`), and a
+  permanent table cannot reference an unlogged one (nor can `jobs` be set UNLOGGED while one
+  does). The pruner deletes the attempts of the jobs it deletes, and of their descendants,
+  in its own statement (`prune_finished_jobs.sql`), through the key's leading column.
 - `page_import_processing_idx` / `code2des_processing_idx`: `(batch_id) WHERE status = '0'`,
   the children still processing, so the overview's "batches in progress" reads the children in
   flight instead of both tables whole (docs/reference/console.md, "Cost on a big table").
@@ -39,7 +42,7 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE job_attempts (
-            job_id uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            job_id uuid NOT NULL,
             claim_token uuid NOT NULL,
             attempt integer NOT NULL,
             worker_id text NULL,
