@@ -67,7 +67,7 @@ async def _drain(dsn: str, n: int, scenario: str, sources: int) -> float:
     pool = await open_pool(dsn, min_size=2, max_size=16)
     try:
         async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs")
+            await conn.execute("TRUNCATE jobs, job_attempts")
         enqueuer = Enqueuer(registry, payload_limit_bytes=262144)
         requests = _requests(n, scenario, sources)
         async with pool.connection() as conn, conn.transaction():

@@ -69,3 +69,51 @@ def test_why_prints_the_diagnosis_as_the_api_sends_it(db_dsn: str) -> None:
     assert bad.returncode == 2 and "invalid job id" in bad.stderr
     missing = _jobs(db_dsn, "why", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+@pytest.mark.slow
+def test_attempts_and_list_filters(db_dsn: str) -> None:
+    failing = _jobs(db_dsn, "enqueue", "diag.fail", "--payload", '{"kind": "permanent"}')
+    assert failing.returncode == 0, failing.stderr
+    job_id = json.loads(failing.stdout)["id"]
+    keyed = _jobs(
+        db_dsn,
+        "enqueue",
+        "diag.sleep",
+        "--payload",
+        '{"seconds": 1, "sourceKey": "src:cli", "concurrencyClass": "slow"}',
+        "--delay",
+        "3600",
+    )
+    assert keyed.returncode == 0, keyed.stderr
+    keyed_id = json.loads(keyed.stdout)["id"]
+    worker = subprocess.Popen(
+        [*jobrelay_command(), "worker", "--concurrency", "2"],
+        env=cli_env(DATABASE_URL=db_dsn, JOBRELAY_WORKER_POLL_INTERVAL_S="0.02"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: json.loads(_jobs(db_dsn, "show", job_id).stdout)["status"] == "failed",
+            timeout_s=60,
+            what="the worker to fail the job",
+        )
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+
+    attempts = _jobs(db_dsn, "attempts", job_id)
+    assert attempts.returncode == 0, attempts.stderr
+    [attempt] = json.loads(attempts.stdout)["items"]
+    assert (attempt["attempt"], attempt["outcome"]) == (1, "permanent")
+    assert attempt["error"] == "diag.fail attempt 1 (permanent)"
+    for args in (("--source-key", "src:cli"), ("--class", "slow")):
+        listed = json.loads(_jobs(db_dsn, "list", *args).stdout)
+        assert [j["id"] for j in listed["items"]] == [keyed_id], args
+    bad = _jobs(db_dsn, "list", "--status", "bogus")
+    assert bad.returncode == 2 and "unknown status" in bad.stderr
+    missing = _jobs(db_dsn, "attempts", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 2 and "not found" in missing.stderr

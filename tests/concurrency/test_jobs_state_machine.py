@@ -43,7 +43,7 @@ def test_jobs_state_machine(db_dsn: str) -> None:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.pool = self.run(open_pool(db_dsn, min_size=1, max_size=2))
-            self.run(self._sql("TRUNCATE jobs, index_delta_applied"))
+            self.run(self._sql("TRUNCATE jobs, job_attempts, index_delta_applied"))
             self.jobs = service(self.pool)
             self.model: dict[uuid.UUID, ModelJob] = {}
 

@@ -194,6 +194,16 @@ class BatchService:
             ]
         return views, len(rows) > limit
 
+    async def item_of_child(self, batch_id: str, child_id: str) -> dict[str, Any] | None:
+        """The item of `batch_id` that carries the child `child_id` (its dispatch state), or
+        None; the caller checked that the child is visible."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                _SQL.item_of_child, {"batch_id": batch_id, "child_id": child_id}
+            )
+            row = await cursor.fetchone()
+        return None if row is None else dict(row)
+
     async def items(self, batch_id: str, *, after: int, limit: int) -> ItemPage:
         """Items with `position > after` in input order; `next_after` is None on the last page."""
         async with transaction(self._pool) as conn:

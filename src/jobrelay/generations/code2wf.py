@@ -137,6 +137,15 @@ class Code2WfService:
         page = [dict(r) for r in rows[:limit]]
         return page, (str(page[-1]["id"]) if len(rows) > limit else None)
 
+    async def of_page_import(self, page_import_id: str, *, limit: int) -> list[dict[str, Any]]:
+        """The visible generations made from one Page Import, oldest first, at most `limit`
+        (same organization and project as the Page Import: creation requires it)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                _SQL.code2wf_of_page_import, {"page_import_id": page_import_id, "limit": limit}
+            )
+            return [dict(r) for r in await cursor.fetchall()]
+
     async def materialize(self, code2wf_id: str, *, actor: str) -> dict[str, Any]:
         """Record placement once (a repeat returns the same row); 409 unless completed."""
         row = await self.get(code2wf_id)

@@ -101,6 +101,35 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """An attempt of a job that ended without success (`job_attempts`): a retryable or
+    permanent failure, an expired lease, or a cancel while running. `claim_token` is the
+    token the attempt held (spent: it fences nothing any more)."""
+
+    job_id: uuid.UUID
+    claim_token: uuid.UUID
+    attempt: int
+    worker_id: str | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime
+    outcome: FailureKind
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Attempt:
+        return cls(
+            row["job_id"],
+            row["claim_token"],
+            row["attempt"],
+            row["worker_id"],
+            row["started_at"],
+            row["ended_at"],
+            FailureKind(row["outcome"]),
+            row["error"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class EnqueueRequest:
     """One job to enqueue. Defaults come from the job type (priority, max attempts).
 
@@ -126,6 +155,22 @@ class Enqueued:
     id: uuid.UUID
     outcome: EnqueueOutcome
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What `list_jobs` keeps: each field that is set must match (times: from inclusive,
+    to exclusive; naive times are UTC)."""
+
+    type: str | None = None
+    status: str | None = None
+    concurrency_class: str | None = None
+    source_key: str | None = None
+    dedupe_key: str | None = None
+    created_from: dt.datetime | None = None
+    created_to: dt.datetime | None = None
+    finished_from: dt.datetime | None = None
+    finished_to: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

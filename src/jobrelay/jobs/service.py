@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -17,13 +18,65 @@ from jobrelay.jobs import claims, diagnosis, ticker
 from jobrelay.jobs.diagnosis import Diagnosis
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.models import Enqueued, Job, JobPage
+from jobrelay.jobs.models import Attempt, Enqueued, Job, JobFilter, JobPage
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.ticker import ScheduleView
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 _QUERIES = Queries("jobrelay.jobs")
 MAX_PAGE = 500
+MAX_KEY = 1000  # longest type, class, source key or dedupe key accepted as a filter
+MAX_ATTEMPTS_SHOWN = 200
+# How far a job's UUIDv7 time may be from its created_at (application clock vs database
+# transaction time) when the created range bounds the id scan.
+ID_TIME_MARGIN = dt.timedelta(hours=1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MAX_MS = 2**48 - 1
+
+
+def uuid7_floor(at: dt.datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of the millisecond of `at` (ids compare bytewise, time first)."""
+    ms = int((at - _EPOCH) / dt.timedelta(milliseconds=1))
+    return uuid.UUID(bytes=min(max(ms, 0), _MAX_MS).to_bytes(6, "big") + bytes(10))
+
+
+def _aware(at: dt.datetime | None) -> dt.datetime | None:
+    """Naive times are UTC."""
+    return at if at is None or at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+
+
+def check_filter(f: JobFilter, *, limit: int) -> JobFilter:
+    """`f` with naive times read as UTC; raises `InvalidInput` naming every bad field."""
+    errors: list[FieldError] = []
+    if f.status is not None and f.status not in {s.value for s in JobStatus}:
+        known = ", ".join(s.value for s in JobStatus)
+        errors.append(FieldError("status", f"unknown status {f.status!r} (one of {known})"))
+    for path, value in (
+        ("type", f.type),
+        ("class", f.concurrency_class),
+        ("sourceKey", f.source_key),
+        ("dedupeKey", f.dedupe_key),
+    ):
+        if value is not None and len(value) > MAX_KEY:
+            errors.append(FieldError(path, f"at most {MAX_KEY} characters"))
+    if not 1 <= limit <= MAX_PAGE:
+        errors.append(FieldError("limit", f"must be between 1 and {MAX_PAGE}"))
+    checked = replace(
+        f,
+        created_from=_aware(f.created_from),
+        created_to=_aware(f.created_to),
+        finished_from=_aware(f.finished_from),
+        finished_to=_aware(f.finished_to),
+    )
+    for name, low, high in (
+        ("created", checked.created_from, checked.created_to),
+        ("finished", checked.finished_from, checked.finished_to),
+    ):
+        if low is not None and high is not None and low > high:
+            errors.append(FieldError(f"{name}To", f"is before {name}From"))
+    if errors:
+        raise InvalidInput("invalid job filter", errors)
+    return checked
 
 
 async def get_job(conn: Connection, job_id: uuid.UUID) -> Job:
@@ -70,23 +123,48 @@ class JobsService:
         status: str | None = None,
         limit: int = 50,
         before: uuid.UUID | None = None,
+        filter: JobFilter | None = None,
     ) -> JobPage:
-        """Newest first; `next_before` is the cursor of the next (older) page."""
-        errors: list[FieldError] = []
-        if status is not None and status not in {s.value for s in JobStatus}:
-            errors.append(FieldError("status", f"unknown status {status!r}"))
-        if not 1 <= limit <= MAX_PAGE:
-            errors.append(FieldError("limit", f"must be between 1 and {MAX_PAGE}"))
-        if errors:
-            raise InvalidInput("invalid job filter", errors)
+        """Newest first; `next_before` is the cursor of the next (older) page. `type` and
+        `status` are shorthands for the same fields of `filter`."""
+        f = filter or JobFilter()
+        if type is not None or status is not None:
+            f = replace(f, type=type or f.type, status=status or f.status)
+        f = check_filter(f, limit=limit)
+        params = {
+            "type": f.type,
+            "status": f.status,
+            "class": f.concurrency_class,
+            "source_key": f.source_key,
+            "dedupe_key": f.dedupe_key,
+            "created_from": f.created_from,
+            "created_to": f.created_to,
+            "finished_from": f.finished_from,
+            "finished_to": f.finished_to,
+            "id_floor": None
+            if f.created_from is None
+            else uuid7_floor(f.created_from - ID_TIME_MARGIN),
+            "id_ceiling": None
+            if f.created_to is None
+            else uuid7_floor(f.created_to + ID_TIME_MARGIN),
+            "before": before,
+            "limit": limit + 1,
+        }
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                _QUERIES.list_jobs,
-                {"type": type, "status": status, "before": before, "limit": limit + 1},
-            )
+            # Never prepared: a custom plan per call drops the filters not given.
+            cursor = await conn.execute(_QUERIES.list_jobs, params, prepare=False)
             rows = await cursor.fetchall()
         jobs = [Job.from_row(row) for row in rows[:limit]]
         return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
+
+    async def attempts(
+        self, job_id: uuid.UUID, *, limit: int = MAX_ATTEMPTS_SHOWN
+    ) -> list[Attempt]:
+        """The job's attempts that ended without success, oldest first (an unknown id has
+        none); a completed attempt is the job row itself."""
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_QUERIES.list_attempts, {"id": job_id, "limit": limit})
+            return [Attempt.from_row(row) for row in await cursor.fetchall()]
 
     async def children(self, job_id: uuid.UUID, *, limit: int = 50) -> list[Job]:
         """The job's children, oldest first, at most `limit` (an unknown id has none)."""

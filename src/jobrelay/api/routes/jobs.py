@@ -16,7 +16,7 @@ from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs import EnqueueOutcome
 from jobrelay.jobs.diagnosis import Diagnosis, Reason
 from jobrelay.jobs.enqueue import EnqueueRequest
-from jobrelay.jobs.models import Job
+from jobrelay.jobs.models import Attempt, Job, JobFilter
 
 router = APIRouter(tags=["jobs"])
 
@@ -81,6 +81,26 @@ class EnqueuedOut(ApiModel):
     outcome: EnqueueOutcome
     revision: int
     job: JobOut
+
+
+class AttemptOut(ApiModel):
+    """An attempt that ended without success (a completed attempt is the job itself)."""
+
+    attempt: int = Field(description="The job's attemptCount during this attempt")
+    claim_token: uuid.UUID = Field(description="The token the attempt held (spent)")
+    worker_id: str | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime
+    outcome: str = Field(description="retryable, permanent, lease_expired or cancelled")
+    error: str | None
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> AttemptOut:
+        return cls.model_validate(attempt, from_attributes=True)
+
+
+class AttemptPageOut(ApiModel):
+    items: list[AttemptOut]
 
 
 class JobPageOut(ApiModel):
@@ -241,19 +261,62 @@ async def get_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobO
 
 
 @router.get(
+    "/v1/jobs/{job_id}/attempts",
+    response_model=AttemptPageOut,
+    summary="The job's attempts that ended without success (failure, lease expired, cancel "
+    "while running), oldest first, at most 200; an unknown job is a 404",
+    responses={404: {"description": "no such job"}},
+)
+async def job_attempts(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> AttemptPageOut:
+    await services.jobs.get(job_id)
+    attempts = await services.jobs.attempts(job_id)
+    return AttemptPageOut(items=[AttemptOut.of(a) for a in attempts])
+
+
+@router.get(
     "/v1/jobs",
     response_model=JobPageOut,
-    summary="Jobs, newest first; pass nextCursor as cursor for the next page",
+    summary="Jobs, newest first, filtered; pass nextCursor as cursor for the next page",
+    responses={422: {"description": "unknown status, malformed time or cursor"}},
 )
 async def list_jobs(
     _: AdminDep,
     services: ServicesDep,
     type: Annotated[str | None, Query(description="only this job type")] = None,
     job_status: Annotated[str | None, Query(alias="status", description="only this status")] = None,
+    concurrency_class: Annotated[
+        str | None, Query(alias="class", description="only this concurrency class")
+    ] = None,
+    source_key: Annotated[str | None, Query(alias="sourceKey")] = None,
+    dedupe_key: Annotated[str | None, Query(alias="dedupeKey")] = None,
+    created_from: Annotated[
+        dt.datetime | None,
+        Query(alias="createdFrom", description="created at or after (ISO 8601; naive = UTC)"),
+    ] = None,
+    created_to: Annotated[
+        dt.datetime | None, Query(alias="createdTo", description="created before")
+    ] = None,
+    finished_from: Annotated[
+        dt.datetime | None, Query(alias="finishedFrom", description="finished at or after")
+    ] = None,
+    finished_to: Annotated[
+        dt.datetime | None, Query(alias="finishedTo", description="finished before")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[uuid.UUID | None, Query(description="nextCursor of the last page")] = None,
 ) -> JobPageOut:
-    page = await services.jobs.list_jobs(type=type, status=job_status, limit=limit, before=cursor)
+    job_filter = JobFilter(
+        type=type,
+        status=job_status,
+        concurrency_class=concurrency_class,
+        source_key=source_key,
+        dedupe_key=dedupe_key,
+        created_from=created_from,
+        created_to=created_to,
+        finished_from=finished_from,
+        finished_to=finished_to,
+    )
+    page = await services.jobs.list_jobs(filter=job_filter, limit=limit, before=cursor)
     return JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before)
 
 

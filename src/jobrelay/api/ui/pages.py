@@ -6,9 +6,11 @@ batch is the same 404 page as a missing one). Every POST checks the session's CS
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+from functools import partial
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -22,6 +24,8 @@ from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
 from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthenticated
 from jobrelay.domain.jobs import JobStatus
+from jobrelay.jobs.models import JobFilter
+from jobrelay.protocol.outcomes import ChildKind
 
 router = APIRouter()
 
@@ -224,24 +228,59 @@ async def health(request: Request, caller: UiAdminDep, services: ServicesDep) ->
 # -- jobs (admins) -----------------------------------------------------------------------
 
 
+_FILTER_TEXT = ("type", "status", "class", "sourceKey", "dedupeKey")
+_FILTER_TIMES = ("createdFrom", "createdTo", "finishedFrom", "finishedTo")
+
+
+def _parse_time(path: str, value: str, errors: list[FieldError]) -> dt.datetime | None:
+    """A time of the filter form (`datetime-local` gives `2026-12-01T15:04`; naive = UTC)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        errors.append(FieldError(path, f"not a time: {value[:40]!r} (use 2026-12-01T15:04)"))
+        return None
+
+
+def _job_filter(values: dict[str, str]) -> JobFilter:
+    """The filter of the jobs page's form; raises `InvalidInput` naming every bad field
+    (times here, the rest in `check_filter`)."""
+    errors: list[FieldError] = []
+    times = {name: _parse_time(name, values[name], errors) for name in _FILTER_TIMES}
+    if errors:
+        raise InvalidInput("invalid job filter", errors)
+    return JobFilter(
+        type=values["type"] or None,
+        status=values["status"] or None,
+        concurrency_class=values["class"] or None,
+        source_key=values["sourceKey"] or None,
+        dedupe_key=values["dedupeKey"] or None,
+        created_from=times["createdFrom"],
+        created_to=times["createdTo"],
+        finished_from=times["finishedFrom"],
+        finished_to=times["finishedTo"],
+    )
+
+
 @router.get("/jobs", response_class=HTMLResponse)
 async def jobs(
     request: Request,
     caller: UiAdminDep,
     services: ServicesDep,
-    type: Annotated[str | None, Query(max_length=200)] = None,
-    job_status: Annotated[str | None, Query(alias="status", max_length=40)] = None,
     before: uuid.UUID | None = None,
 ) -> Response:
-    page = await services.jobs.list_jobs(
-        type=type or None, status=job_status or None, limit=JOBS_PAGE, before=before
-    )
+    values = {
+        name: request.query_params.get(name, "").strip() for name in (*_FILTER_TEXT, *_FILTER_TIMES)
+    }
+    page = await services.jobs.list_jobs(filter=_job_filter(values), limit=JOBS_PAGE, before=before)
+    query = urlencode({k: v for k, v in values.items() if v})
     context = {
         "caller": caller,
         "jobs": page.jobs,
         "next_before": page.next_before,
-        "type": type or "",
-        "status": job_status or "",
+        "filters": values,
+        "query": query,
         "statuses": [s.value for s in JobStatus],
     }
     return render(request, "jobs.html", context)
@@ -255,6 +294,7 @@ async def job(
     context = {
         "caller": caller,
         "job": found,
+        "attempts": await services.jobs.attempts(job_id),
         "diagnosis": await services.jobs.diagnose(job_id),
         "children": await services.jobs.children(job_id),
     }
@@ -353,3 +393,110 @@ async def cancel_batch(
     await _visible_batch(caller, services, batch_id)
     await services.batches.cancel(batch_id, actor=caller.sub)
     return _see_other(f"/ui/batches/{quote(batch_id, safe='')}")
+
+
+# -- children of batches, Code2WF generations (members of the organization) --------------
+
+CHILD_STATUS = {"0": "processing", "1": "completed", "2": "failed", "3": "cancelled"}
+GENERATIONS_SHOWN = 50
+CODE2WF_PAGE = 50
+ChildPath = Annotated[str, Path(min_length=1, max_length=255)]
+
+
+async def _child_page(
+    request: Request, caller: Caller, services: Services, kind: ChildKind, child_id: str
+) -> Response:
+    """A Page Import or Code2Des row: status, request, outputs, error, and the dispatch
+    state of the batch item that carries it; a Page Import lists its Code2WF generations."""
+    owner = partial(services.children.owner, kind)
+    await owned_by_caller(caller, services, kind, owner, child_id)
+    row = await services.children.get(kind, child_id)
+    batch_id = row["batch_id"]
+    item = None if batch_id is None else await services.batches.item_of_child(batch_id, child_id)
+    generations = (
+        await services.code2wf.of_page_import(child_id, limit=GENERATIONS_SHOWN)
+        if kind == "page_import"
+        else []
+    )
+    context = {
+        "caller": caller,
+        "kind": kind,
+        "title": "Page Import" if kind == "page_import" else "Code2Des",
+        "child": row,
+        "status_name": CHILD_STATUS.get(str(row["status"]), str(row["status"])),
+        "item": item,
+        "generations": generations,
+        "generations_shown": GENERATIONS_SHOWN,
+        "statuses": CHILD_STATUS,
+    }
+    return render(request, "child.html", context)
+
+
+@router.get("/page-imports/{child_id}", response_class=HTMLResponse)
+async def page_import(
+    request: Request, child_id: ChildPath, caller: UiCallerDep, services: ServicesDep
+) -> Response:
+    return await _child_page(request, caller, services, "page_import", child_id)
+
+
+@router.get("/code2des/{child_id}", response_class=HTMLResponse)
+async def code2des(
+    request: Request, child_id: ChildPath, caller: UiCallerDep, services: ServicesDep
+) -> Response:
+    return await _child_page(request, caller, services, "code2des", child_id)
+
+
+@router.get("/code2wf/{code2wf_id}", response_class=HTMLResponse)
+async def code2wf(
+    request: Request, code2wf_id: ChildPath, caller: UiCallerDep, services: ServicesDep
+) -> Response:
+    await owned_by_caller(caller, services, "code2wf", services.code2wf.owner, code2wf_id)
+    row = await services.code2wf.get(code2wf_id)
+    context = {
+        "caller": caller,
+        "g": row,
+        "status_name": CHILD_STATUS.get(str(row["status"]), str(row["status"])),
+    }
+    return render(request, "code2wf.html", context)
+
+
+@router.get("/projects/{project_id}/code2wf", response_class=HTMLResponse)
+async def discover_code2wf(
+    request: Request,
+    caller: UiCallerDep,
+    services: ServicesDep,
+    project_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    figma_file_key: Annotated[str, Query(alias="figmaFileKey", max_length=255)] = "",
+    status: Annotated[str, Query(max_length=40)] = "",
+    after: Annotated[str, Query(max_length=255)] = "",
+) -> Response:
+    """Code2WF discovery by Figma file key (the plugin's view, `GET
+    /v1/projects/{projectId}/code2wf`): a form, then the file's generations by pages."""
+    scope = await services.tenancy.project_scope(caller.sub, project_id)
+    figma_file_key, status = figma_file_key.strip(), status.strip()
+    if status and status not in ("0", "1", "2"):
+        raise InvalidInput(
+            "invalid discovery filter",
+            [FieldError("status", f"unknown status {status[:40]!r} (0, 1 or 2)")],
+        )
+    rows: list[dict[str, Any]] = []
+    next_after = None
+    if figma_file_key:
+        rows, next_after = await services.code2wf.discover(
+            scope,
+            figma_file_key=figma_file_key,
+            status=status or None,
+            limit=CODE2WF_PAGE,
+            after=after or None,
+        )
+    context = {
+        "caller": caller,
+        "project_id": scope.project_id,
+        "figma_file_key": figma_file_key,
+        "status": status,
+        "generations": rows,
+        "next_after": next_after,
+        "searched": bool(figma_file_key),
+        "statuses": {k: v for k, v in CHILD_STATUS.items() if k in ("0", "1", "2")},
+    }
+    return render(request, "code2wf_discover.html", context)

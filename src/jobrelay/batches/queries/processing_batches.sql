@@ -1,9 +1,8 @@
 -- Batches in progress (not cancelled, not deleted, with a child still processing), oldest
 -- first, at most %(limit)s. A queued or running item always has a processing child ('0'):
--- cancel and the relay's final failure end the child too. The children are found by their
--- status; no index leads with status, so this reads page_import and code2des whole (see
--- docs/reference/console.md for the partial index that would make it proportional to the
--- work in flight).
+-- cancel and the relay's final failure end the child too. The children still processing
+-- are read from the partial indexes page_import_processing_idx and code2des_processing_idx
+-- (migration 0009): proportional to the work in flight, not to the history.
 SELECT b.id, b.organization_id, b.project_id, b.type, b.cancelled_at, b.created_at,
        b.updated_at, b.created_by, b.updated_by
 FROM batch AS b

@@ -18,7 +18,13 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from jobrelay.api.routes.jobs import DiagnosisOut, JobOut, JobPageOut
+from jobrelay.api.routes.jobs import (
+    AttemptOut,
+    AttemptPageOut,
+    DiagnosisOut,
+    JobOut,
+    JobPageOut,
+)
 from jobrelay.api.routes.schedules import ScheduleOut, SchedulePage
 from jobrelay.bootstrap import (
     Services,
@@ -36,6 +42,7 @@ from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs_config import format_class_counts
 from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.jobs.models import Attempt, JobFilter
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings
 
@@ -208,15 +215,37 @@ def show_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
 def list_command(
     job_type: str | None = typer.Option(None, "--type", help="Only this type."),
     status: str | None = typer.Option(None, help="Only this status."),
+    concurrency_class: str | None = typer.Option(None, "--class", help="Only this class."),
+    source_key: str | None = typer.Option(None, help="Only this source key."),
+    dedupe_key: str | None = typer.Option(None, help="Only this dedupe key."),
     limit: int = typer.Option(50, help="Page size (1-500)."),
     before: str | None = typer.Option(None, help="Cursor: the nextCursor of the last page."),
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (the filters of GET /v1/jobs without the time ranges)."""
     cursor = _job_id(before) if before else None
-    page = _with_services(
-        lambda s: s.jobs.list_jobs(type=job_type, status=status, limit=limit, before=cursor)
+    job_filter = JobFilter(
+        type=job_type,
+        status=status,
+        concurrency_class=concurrency_class,
+        source_key=source_key,
+        dedupe_key=dedupe_key,
     )
+    page = _with_services(lambda s: s.jobs.list_jobs(filter=job_filter, limit=limit, before=cursor))
     _print(JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before))
+
+
+@jobs_app.command("attempts")
+def attempts_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """The job's attempts that ended without success (failure, lease expired, cancel while
+    running), oldest first, each with its error."""
+    wanted = _job_id(job_id)
+
+    async def attempts(services: Services) -> list[Attempt]:
+        await services.jobs.get(wanted)
+        return await services.jobs.attempts(wanted)
+
+    found = _with_services(attempts)
+    _print(AttemptPageOut(items=[AttemptOut.of(a) for a in found]))
 
 
 @jobs_app.command("cancel")

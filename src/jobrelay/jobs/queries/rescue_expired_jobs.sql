@@ -2,9 +2,10 @@
 -- are left (the next claim issues a new token), else failed with lease_expired. Rows being
 -- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
 -- Children are rescued only when their parent was locked first (%(locked_parents)s, see
--- lock_expired_parents). Jobs back to pending wake listening workers.
+-- lock_expired_parents). Jobs back to pending wake listening workers. Each ended attempt
+-- (with the token it held) goes into job_attempts in the same statement.
 WITH expired AS MATERIALIZED (
-    SELECT id
+    SELECT id, claim_token
     FROM jobs
     WHERE status = 'in_progress'
         AND lease_expires_at < clock_timestamp()
@@ -31,7 +32,15 @@ rescued AS (
         last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
     FROM expired
     WHERE jobs.id = expired.id
-    RETURNING jobs.id, jobs.status, jobs.parent_id
+    RETURNING jobs.id, jobs.status, jobs.parent_id, expired.claim_token, jobs.attempt_count,
+        jobs.claimed_by, jobs.claimed_at, jobs.last_error
+),
+attempt AS (
+    INSERT INTO job_attempts (
+        job_id, claim_token, attempt, worker_id, started_at, outcome, error
+    )
+    SELECT id, claim_token, attempt_count, claimed_by, claimed_at, 'lease_expired', last_error
+    FROM rescued
 )
 SELECT rescued.id, rescued.status, rescued.parent_id, wake.sent
 FROM rescued
