@@ -127,9 +127,12 @@ def test_the_console_in_chromium_against_the_real_stack(
             assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
             bar = page.locator("#live .bar span.completed")
             expect(bar).to_have_attribute("style", "width: 100.0%")
-            # Only the status and progress are live; a reload shows the items' new state
-            # (and no cancel button for a finished batch).
+            # Once final, the live part removes the cancel button and says the items table
+            # is from before; a reload shows the items' new state.
+            expect(page.locator("button#cancel")).to_have_count(0)
+            expect(page.locator("#items-stale")).to_be_visible()
             page.reload()
+            expect(page.locator("#items-stale")).to_be_hidden()
             expect(page.locator("button#cancel")).to_have_count(0)
             expect(page.locator("#items td:nth-child(3)")).to_have_text(["completed"] * 20)
             _screenshot(page, "batch.png")
