@@ -61,6 +61,9 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     finally:
         output = _stop(first, signal.SIGINT)
     assert "jobrelay is up" in output
+    assert f"console  http://127.0.0.1:{port}/ui" in output
+    assert f"metrics  http://127.0.0.1:{port}/metrics" in output, "up's banner lists /metrics"
+    assert "metrics  worker:" in output and "metrics  relay:" in output
     assert server.running_pid() is None, "Ctrl-C must stop the embedded PostgreSQL"
 
     second = _start_up(tmp_path, port)

@@ -152,10 +152,30 @@ def _api_url(settings: Settings) -> str:
     return f"http://{settings.api_host}:{settings.api_port}"
 
 
+def _metrics_lines(settings: Settings, base: str) -> list[str]:
+    """Where each part of the stack serves Prometheus metrics (the banner of `up`)."""
+    guarded = " (bearer JOBRELAY_API_METRICS_TOKEN)" if settings.api_metrics_token else ""
+    lines = [f"metrics  {base}/metrics: API and database gauges{guarded}"]
+    for part, port, setting in (
+        ("worker", settings.worker_metrics_port, "JOBRELAY_WORKER_METRICS_PORT"),
+        ("relay", settings.relay_metrics_port, "JOBRELAY_RELAY_METRICS_PORT"),
+    ):
+        if port:
+            lines.append(f"metrics  http://{settings.api_host}:{port}/metrics: {part}")
+        elif port == 0 and part == "worker":
+            lines.append(f"metrics  {part}: on a free port (its log names it)")
+        else:
+            lines.append(f"metrics  {part}: not served (set {setting})")
+    return lines
+
+
 def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
     base = _api_url(settings)
     console.print(f"[bold green]jobrelay is up[/]\n  API      {base}\n  OpenAPI  {base}/docs")
     console.print(f"  SQS/S3   {endpoint_url}\n  data     {settings.data_dir.resolve()}")
+    console.print(f"  console  {base}/ui")
+    for line in _metrics_lines(settings, base):
+        console.print(f"  {line}", highlight=False)
     if settings.auth_mode == "local":
         token = local_issuer(settings).mint("demo", ttl_s=12 * 3600, admin=True)
         console.print("A token (sub demo, admin group, 12 h) and an example request:")
