@@ -62,6 +62,7 @@ class _Row:
     delay_s: float | None  # None: never available (a waiting parent)
     parent_id: uuid.UUID | None
     model: Any = None
+    fairness_key: str | None = None
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -82,6 +83,7 @@ class _Row:
             "delay_s": self.delay_s,
             "parent_id": None if self.parent_id is None else str(self.parent_id),
             "role": str(self.job_type.role),
+            "fairness_key": self.fairness_key,
         }
 
 
@@ -143,6 +145,7 @@ class Enqueuer:
             delay_s=None if job_type.role is JobRole.PARENT else max(0.0, request.delay_s),
             parent_id=request.parent_id,
             model=model,
+            fairness_key=job_type.fairness_for(model),
         )
 
     async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
@@ -323,6 +326,7 @@ def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:
             lead.payload = row.payload
             lead.revision = row.revision
             lead.source_key = row.source_key
+            lead.fairness_key = row.fairness_key
     return folded, owner
 
 
