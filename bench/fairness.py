@@ -20,6 +20,11 @@ A drain is timed from the worker's start to the moment every job is completed (p
 the database). Prints one line per rep and scenario, then the medians and each ratio to
 `fifo`.
 
+Statement (`--statement`): the claim statement alone, fair vs FIFO, on one claim connection
+(generic plan, as the worker runs it) over `--jobs` pending jobs without a key: rounds of 50
+claims of 10 jobs each, every claim rolled back so each round sees the same table,
+alternating the two statements; prints the median milliseconds per claim and the ratio.
+
 Race (`--race N`, 0 to skip): tenant A enqueues N jobs, two in-process workers of 4 slots
 drain them, and when 200 of A's jobs are done tenant B enqueues 10. Prints, with fairness and
 without, how many of A's jobs completed while B's 10 waited and how long B waited.
@@ -43,6 +48,8 @@ from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.db.sql import Queries
+from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.worker import Worker, WorkerConfig
@@ -144,11 +151,46 @@ async def _race(dsn: str, n: int, fair: bool) -> tuple[int, float]:
         await pool.close()
 
 
+async def _statement(dsn: str, n: int, rounds: int = 15) -> dict[str, float]:
+    registry = product_job_types(diag_enabled=True).registry()
+    queries = Queries("jobrelay.jobs")
+    pool = await open_pool(dsn, min_size=1, max_size=4)
+    try:
+        async with pool.connection() as conn:
+            await conn.execute("TRUNCATE jobs")
+        await _enqueue(pool, registry, _requests(n, "fair"))
+        per_claim: dict[str, list[float]] = {"claim_jobs_fifo": [], "claim_jobs": []}
+        async with pool.connection() as conn:
+            await conn.execute("ANALYZE jobs")
+            await claims.configure_claim_session(conn)
+            params = {
+                "worker_id": "bench",
+                "total": 10,
+                "lease_s": 30.0,
+                "classes": ["default"],
+                "limits": [10],
+                "caps": [None],
+            }
+            for _ in range(rounds):
+                for name in per_claim:
+                    sql = queries.claim_jobs if name == "claim_jobs" else queries.claim_jobs_fifo
+                    started = time.perf_counter()
+                    for _ in range(50):
+                        async with conn.transaction(force_rollback=True):
+                            await conn.execute(sql, params, prepare=True)
+                    per_claim[name].append((time.perf_counter() - started) / 50 * 1000)
+        return {name: statistics.median(ms) for name, ms in per_claim.items()}
+    finally:
+        await pool.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--race", type=int, default=20000, help="A's backlog (0: no race)")
+    parser.add_argument("--statement", action="store_true", help="time the claim statement")
+    parser.add_argument("--no-drain", action="store_true", help="skip the drain scenarios")
     args = parser.parse_args()
     url = os.environ.get("DATABASE_URL")
     server = None
@@ -157,9 +199,18 @@ def main() -> None:
         url = server.start()
     try:
         migrate.upgrade(url)
-        results: dict[str, list[float]] = {name: [] for name in SCENARIOS}
         print(f"# load average {os.getloadavg()}", flush=True)
-        for rep in range(1, args.reps + 1):
+        if args.statement:
+            ms = asyncio.run(_statement(url, args.jobs))
+            print(
+                f"statement pending={args.jobs} fifo_ms={ms['claim_jobs_fifo']:.3f} "
+                f"fair_ms={ms['claim_jobs']:.3f} "
+                f"ratio={ms['claim_jobs'] / ms['claim_jobs_fifo']:.2f} "
+                f"load={os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+        results: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+        for rep in range(1, 0 if args.no_drain else args.reps + 1):
             # rotate the order each rep so no scenario always runs first
             order = SCENARIOS[rep % len(SCENARIOS) :] + SCENARIOS[: rep % len(SCENARIOS)]
             for name in order:
@@ -168,13 +219,13 @@ def main() -> None:
                 print(
                     f"rep={rep} scenario={name} jobs={args.jobs} jobs_per_s={rate:.0f}", flush=True
                 )
-        medians = {name: statistics.median(rates) for name, rates in results.items()}
-        base = medians["fifo"]
+        medians = {name: statistics.median(rates) for name, rates in results.items() if rates}
+        base = medians.get("fifo", 0.0)
         print(
             "median "
             + " ".join(f"{name}={rate:.0f}" for name, rate in medians.items())
             + " ratios "
-            + " ".join(f"{name}={rate / base:.2f}" for name, rate in medians.items())
+            + " ".join(f"{name}={rate / base:.2f}" for name, rate in medians.items() if base)
             + f" load={os.getloadavg()[0]:.2f}",
             flush=True,
         )

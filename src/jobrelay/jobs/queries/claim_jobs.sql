@@ -12,7 +12,8 @@
 --   the key, and jobs are taken by (priority, level, draw): round-robin across keys, the
 --   least loaded key first, ties broken at random per claim (no state to update, so a
 --   single key costs no contention). Priority still wins across priorities. The heads of
---   sources (serialized jobs) have level 1.
+--   sources (serialized jobs) have level 1. A class with no key pending (every job NULL, the
+--   default) skips all of this: one group, its jobs taken as claim_jobs_fifo.sql takes them.
 -- * Row locks: each candidate set is a LIMIT ... FOR NO KEY UPDATE SKIP LOCKED inside a
 --   MATERIALIZED CTE, so exactly the locked rows are claimed (a LIMIT inside
 --   `IN (subquery ... SKIP LOCKED)` may be re-evaluated and claim more than asked), and a
@@ -121,6 +122,14 @@ fair_keys AS (
     FROM fair_keys
     WHERE fair_keys.fairness_key IS NOT NULL
 ),
+keyed AS (
+    -- Classes with at least one fairness key pending. A class without (every job NULL: a
+    -- single group, the default) skips the fairness work and is claimed as by
+    -- claim_jobs_fifo.sql.
+    SELECT DISTINCT fair_keys.cls
+    FROM fair_keys
+    WHERE fair_keys.fairness_key IS NOT NULL
+),
 key_heads AS (
     -- The priority of each key's next available job (keys with none drop out).
     SELECT fair_keys.cls, fair_keys.fairness_key, head.priority
@@ -151,6 +160,7 @@ key_heads AS (
         ORDER BY j.priority, j.available_at, j.id
         LIMIT 1
     ) AS head
+    WHERE wanted.cls IN (SELECT keyed.cls FROM keyed)
 ),
 key_load AS (
     -- Running jobs per class and key (at most the fleet's slots: cheap to count).
@@ -189,8 +199,25 @@ chosen_keys AS (
 ),
 candidates AS MATERIALIZED (
     SELECT
-        free.id, chosen_keys.cls AS concurrency_class, free.priority, free.available_at,
-        chosen_keys.fairness_key, chosen_keys.running, chosen_keys.draw, FALSE AS serial
+        free.id, wanted.cls AS concurrency_class, free.priority, free.available_at,
+        NULL::text AS fairness_key, 0::bigint AS running, 0::float8 AS draw, FALSE AS serial
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.available_at <= clock_timestamp()
+            AND j.concurrency_class = wanted.cls
+            AND j.source_key IS NULL
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT wanted.lim
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS free
+    WHERE wanted.cls NOT IN (SELECT keyed.cls FROM keyed)
+    UNION ALL
+    SELECT
+        free.id, chosen_keys.cls, free.priority, free.available_at,
+        chosen_keys.fairness_key, chosen_keys.running, chosen_keys.draw, FALSE
     FROM chosen_keys
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.available_at
