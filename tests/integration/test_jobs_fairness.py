@@ -154,3 +154,14 @@ async def test_a_fairness_function_keys_the_job(pool: Pool) -> None:
         )
     rows = await fetch(pool, "SELECT fairness_key FROM jobs")
     assert [r["fairness_key"] for r in rows] == ["42"]
+
+
+async def test_without_keys_the_claim_order_is_the_fifo_order(pool: Pool) -> None:
+    # Older free jobs first, then the heads of three sources: strict arrival order takes the
+    # five free jobs, and so must the fair claim when no job has a key.
+    jobs = service(pool)
+    await jobs.enqueue_many([_job(None, seconds=i) for i in range(5)])
+    await jobs.enqueue_many([_job(None, sourceKey=f"s{i}") for i in range(3)])
+    got = await _claim(pool, 5)
+    assert sorted(j.payload["seconds"] for j in got) == [0, 1, 2, 3, 4]
+    assert {j.source_key for j in await _claim(pool, 5)} == {"s0", "s1", "s2"}

@@ -12,8 +12,9 @@
 --   the key, and jobs are taken by (priority, level, draw): round-robin across keys, the
 --   least loaded key first, ties broken at random per claim (no state to update, so a
 --   single key costs no contention). Priority still wins across priorities. The heads of
---   sources (serialized jobs) have level 1. A class with no key pending (every job NULL, the
---   default) skips all of this: one group, its jobs taken as claim_jobs_fifo.sql takes them.
+--   sources (serialized jobs) have level 1 and draw 0. A class with no key pending (every job
+--   NULL, the default) skips all of this: its jobs have level 1 and draw 0 too, so they are
+--   taken exactly as claim_jobs_fifo.sql takes them (priority, available_at, id).
 -- * Row locks: each candidate set is a LIMIT ... FOR NO KEY UPDATE SKIP LOCKED inside a
 --   MATERIALIZED CTE, so exactly the locked rows are claimed (a LIMIT inside
 --   `IN (subquery ... SKIP LOCKED)` may be re-evaluated and claim more than asked), and a
@@ -200,7 +201,7 @@ chosen_keys AS (
 candidates AS MATERIALIZED (
     SELECT
         free.id, wanted.cls AS concurrency_class, free.priority, free.available_at,
-        NULL::text AS fairness_key, 0::bigint AS running, 0::float8 AS draw, FALSE AS serial
+        NULL::text AS fairness_key, 0::bigint AS running, 0::float8 AS draw, TRUE AS flat
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.available_at
@@ -253,7 +254,7 @@ candidates AS MATERIALIZED (
     UNION ALL
     SELECT
         serial.id, serial.concurrency_class, serial.priority, serial.available_at,
-        NULL, 0, random(), TRUE
+        NULL, 0, 0, TRUE
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, j.concurrency_class, j.priority, j.available_at
@@ -277,9 +278,9 @@ leveled AS (
         candidates.available_at,
         candidates.draw,
         CASE
-            WHEN candidates.serial THEN 1
+            WHEN candidates.flat THEN 1
             ELSE candidates.running + row_number() OVER (
-                PARTITION BY candidates.concurrency_class, candidates.serial,
+                PARTITION BY candidates.concurrency_class, candidates.flat,
                     candidates.fairness_key
                 ORDER BY candidates.priority, candidates.available_at, candidates.id
             )
