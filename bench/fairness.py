@@ -201,6 +201,9 @@ def main() -> None:
     parser.add_argument("--race", type=int, default=20000, help="A's backlog (0: no race)")
     parser.add_argument("--statement", action="store_true", help="time the claim statement")
     parser.add_argument("--no-drain", action="store_true", help="skip the drain scenarios")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="drain scenarios, comma-separated"
+    )
     args = parser.parse_args()
     url = os.environ.get("DATABASE_URL")
     server = None
@@ -219,10 +222,11 @@ def main() -> None:
                 f"load={os.getloadavg()[0]:.2f}",
                 flush=True,
             )
-        results: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+        scenarios = tuple(name for name in args.scenarios.split(",") if name in SCENARIOS)
+        results: dict[str, list[float]] = {name: [] for name in scenarios}
         for rep in range(1, 0 if args.no_drain else args.reps + 1):
             # rotate the order each rep so no scenario always runs first
-            order = SCENARIOS[rep % len(SCENARIOS) :] + SCENARIOS[: rep % len(SCENARIOS)]
+            order = scenarios[rep % len(scenarios) :] + scenarios[: rep % len(scenarios)]
             for name in order:
                 rate = asyncio.run(_drain(url, args.jobs, name))
                 results[name].append(rate)
