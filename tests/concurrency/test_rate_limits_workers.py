@@ -32,7 +32,9 @@ def _most_in_any_window(starts: list[dt.datetime], period: dt.timedelta) -> int:
 
 def _run(dsn: str, *, limit: int, period_s: float, windows: int, used: int) -> None:
     period = dt.timedelta(seconds=period_s)
-    enqueue_sync(dsn, [EnqueueRequest("diag.sleep", {"seconds": 0.05}) for _ in range(1500)])
+    # Twice what the rate lets start in the observed windows: work waits throughout.
+    jobs = 2 * limit * windows + 50
+    enqueue_sync(dsn, [EnqueueRequest("diag.sleep", {"seconds": 0.05}) for _ in range(jobs)])
     with worker_processes(
         dsn, 3, "--slots", "default=8", JOBRELAY_JOBS_RATES=f"default={limit}/{period_s:g}s"
     ):
