@@ -11,6 +11,7 @@ import datetime as dt
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.api.routes.jobs import DiagnosisOut
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs_config import ConfigError, Rate, parse_class_rates, parse_rate
 from jobrelay.jobs import claims, presence
@@ -143,3 +144,36 @@ async def test_the_diagnosis_says_rate_limited_until_when(pool: Pool) -> None:
     assert found.rate_limited_until == first["at"] + dt.timedelta(seconds=60)
     assert found.message.startswith(f"rate limited until {found.rate_limited_until:%Y-%m-%d}")
     assert found.attempt_count == 0
+    wire = DiagnosisOut.of(found).model_dump(mode="json", by_alias=True)
+    assert wire["reason"] == "rate_limited" and wire["rateLimit"] == "5/60s"
+    assert wire["rateLimitedUntil"] is not None
+
+
+async def test_a_rate_a_cap_and_fairness_keys_hold_together(pool: Pool) -> None:
+    jobs = service(pool)
+    body = {"seconds": 0, "concurrencyClass": "ai"}
+    await jobs.enqueue_many(
+        [EnqueueRequest("diag.sleep", {**body, "fairnessKey": "a"}) for _ in range(20)]
+        + [EnqueueRequest("diag.sleep", {**body, "fairnessKey": "b"}) for _ in range(20)]
+    )
+    rates = {"ai": Rate(3, 60.0)}
+
+    async def claim(conn: Connection) -> list[ClaimedJob]:
+        return await claims.claim(
+            conn,
+            worker_id="w",
+            limit=10,
+            lease_s=30,
+            classes=["ai"],
+            caps={"ai": 2},
+            rates=rates,
+        )
+
+    async with pool.connection() as first, pool.connection() as second:
+        got = await claim(first)
+        assert len(got) == 2, "the cap"
+        assert {j.payload["fairnessKey"] for j in got} == {"a", "b"}, "one per key"
+        assert await claim(second) == [], "the cap, from another connection"
+        await claims.complete_many(first, [claims.Done(j) for j in got])
+        assert len(await claim(second)) == 1, "the rate: 3 starts per minute"
+        assert await claim(first) == []
