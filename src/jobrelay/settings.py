@@ -30,7 +30,7 @@ from pydantic_settings import (
 )
 
 from jobrelay.domain.errors import JobrelayError
-from jobrelay.domain.jobs_config import parse_class_counts, parse_failpoints
+from jobrelay.domain.jobs_config import parse_class_counts, parse_class_rates, parse_failpoints
 
 Environment = Literal["development", "production"]
 
@@ -348,6 +348,16 @@ class Settings(BaseSettings):
     jobs_global_caps: str = Field(
         default="", description="Running jobs per class across all workers, e.g. ai=4."
     )
+    jobs_rates: str = Field(
+        default="",
+        description="Job starts per class across all workers, e.g. ai=60/min,default=30/10s; "
+        "adds to (and overrides) the rates the job types declare.",
+    )
+    worker_fair_claims: bool = Field(
+        default=True,
+        description="Rotate claims across the fairness keys of a class (false: strict "
+        "priority and arrival order).",
+    )
     jobs_reconcile_interval_s: float = Field(
         default=10.0, gt=0, description="How often a worker repairs parents left behind."
     )
@@ -423,6 +433,12 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_caps(cls, value: str) -> str:
         parse_class_counts(value, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1)
+        return value
+
+    @field_validator("jobs_rates")
+    @classmethod
+    def _valid_rates(cls, value: str) -> str:
+        parse_class_rates(value, what="JOBRELAY_JOBS_RATES")
         return value
 
     @field_validator("jobs_failpoints")

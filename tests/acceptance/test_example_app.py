@@ -119,6 +119,8 @@ def _all_done(db_dsn: str) -> list[dict[str, Any]] | None:
         ("tests.apps.broken:not_job_types", "is a int, not a jobrelay.JobTypes"),
         ("tests.apps.broken:clash", "'diag.noop' is registered twice"),
         ("tests.apps.broken:unserved", "broken.gpu (class 'gpu')"),
+        ("tests.apps.broken:zero_rate", "rate of concurrency class 'mail' '0/min'"),
+        ("tests.apps.broken:malformed_rate", "'sixty a minute': expected N/UNIT"),
     ],
 )
 def test_a_bad_app_stops_the_worker_at_startup(db_dsn: str, app: str, named: str) -> None:

@@ -29,3 +29,9 @@ async def second_noop(ctx: JobContext[Empty]) -> Complete:
 
 
 not_job_types = 42
+
+
+# A class whose rate is zero, and one whose rate cannot be read.
+zero_rate = JobTypes(classes={"mail": 1}, rates={"mail": "0/min"})
+malformed_rate = JobTypes()
+malformed_rate.concurrency_class("mail", slots=1, rate="sixty a minute")

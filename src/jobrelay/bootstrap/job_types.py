@@ -13,7 +13,12 @@ from jobrelay.bootstrap.database import listen_conninfo, through_transaction_poo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
-from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, parse_class_counts
+from jobrelay.domain.jobs_config import (
+    DEFAULT_CLASS,
+    ConfigError,
+    parse_class_counts,
+    parse_class_rates,
+)
 from jobrelay.generations import code2wf_dispatch
 from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import Enqueuer
@@ -163,12 +168,18 @@ def worker_config(
     caps = parse_class_counts(
         settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
     )
+    rates = {
+        **registry.rates,
+        **parse_class_rates(settings.jobs_rates, what="JOBRELAY_JOBS_RATES"),
+    }
     listen = listen_conninfo(settings, "worker") if settings.worker_listen else None
     return WorkerConfig(
         concurrency=concurrency,
         slots=slots,
         known_classes=tuple(sorted(known)),
         global_caps=caps,
+        rates=rates,
+        fair_claims=settings.worker_fair_claims,
         lease_s=settings.jobs_lease_s,
         poll_interval_s=settings.worker_poll_interval_s,
         rescue_interval_s=settings.jobs_rescue_interval_s,

@@ -1,9 +1,10 @@
 """Diagnostic types for benchmarks, smoke checks and the ops runbook (setting
-`diag_jobs_enabled`): `diag.noop`, `diag.sleep {seconds, concurrencyClass?, sourceKey?}`,
-`diag.fail {kind, times}`.
+`diag_jobs_enabled`): `diag.noop`, `diag.sleep {seconds, concurrencyClass?, sourceKey?,
+fairnessKey?}`, `diag.fail {kind, times}`.
 
-`diag.sleep` takes its concurrency class and serialization key from the payload, so the
-worker's classes, global caps and per-source serialization can be exercised and measured;
+`diag.sleep` takes its concurrency class, serialization key and fairness key from the
+payload, so the worker's classes, global caps, per-source serialization and fair claiming can
+be exercised and measured;
 its result records the handler's start and end (epoch seconds) for overlap checks.
 `diag.fail` with kind `exception` raises an unexpected exception (a retryable failure).
 """
@@ -31,6 +32,7 @@ class DiagSleep(JobPayload):
     seconds: float = Field(ge=0, le=3600)
     concurrency_class: str | None = Field(default=None, pattern=CLASS_NAME_PATTERN)
     source_key: str | None = Field(default=None, min_length=1, max_length=255)
+    fairness_key: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class DiagFail(JobPayload):
@@ -48,7 +50,10 @@ async def noop(ctx: JobContext[DiagNoop]) -> Outcome:
 
 
 @job_types.job_type(
-    "diag.sleep", class_of=lambda p: p.concurrency_class, source_key=lambda p: p.source_key
+    "diag.sleep",
+    class_of=lambda p: p.concurrency_class,
+    source_key=lambda p: p.source_key,
+    fairness_key="fairnessKey",
 )
 async def sleep(ctx: JobContext[DiagSleep]) -> Outcome:
     started = time.time()

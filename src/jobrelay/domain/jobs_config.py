@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # Concurrency classes are data: any name of this shape, declared by the job types that use
 # it and given slots by the registry or the settings. A job type without a class is here.
@@ -102,3 +103,74 @@ def parse_failpoints(text: str) -> dict[str, int | None]:
 
 def format_class_counts(counts: Mapping[str, int]) -> str:
     return ",".join(f"{name}={counts[name]}" for name in sorted(counts))
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `max_starts` claims (job starts) in any `period_s` seconds."""
+
+    max_starts: int
+    period_s: float
+
+    def __str__(self) -> str:
+        return f"{self.max_starts}/{self.period_s:g}s"
+
+
+_RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0}
+_RATE_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+
+
+def parse_rate(value: object, *, what: str) -> Rate:
+    """A rate from `"60/min"`, `"30/10s"`, `"5/s"`, `"1000/h"`, a pair `(30, 10)` (30 per
+    10 seconds) or a `Rate`. Raises `ConfigError` naming `what` when it is malformed, zero
+    or negative."""
+    if isinstance(value, Rate):
+        count, period = value.max_starts, value.period_s
+    elif isinstance(value, str):
+        found = _RATE_TEXT.fullmatch(value.lower())
+        unit = _RATE_UNITS.get(found.group(3)) if found else None
+        if found is None or unit is None:
+            raise ConfigError(
+                f"invalid {what} {value!r}: expected N/UNIT or N/SECONDSs, "
+                "e.g. 60/min, 30/10s, 5/s, 1000/h"
+            )
+        count = int(found.group(1))
+        period = float(found.group(2) or 1) * unit
+    elif (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    ):
+        count, period = value
+        if count != int(count):
+            raise ConfigError(f"invalid {what} {value!r}: the number of starts must be whole")
+        count = int(count)
+    else:
+        raise ConfigError(
+            f"invalid {what} {value!r}: expected a text like '60/min' or a pair (starts, seconds)"
+        )
+    if count < 1 or not period > 0 or period != period or period == float("inf"):
+        raise ConfigError(f"invalid {what} {value!r}: starts and period must be > 0")
+    return Rate(int(count), float(period))
+
+
+def parse_class_rates(text: str, *, what: str) -> dict[str, Rate]:
+    """`"ai=60/min,default=30/10s"` -> rates per class. Raises `ConfigError` naming `what`
+    and the bad part."""
+    rates: dict[str, Rate] = {}
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise ConfigError(f"invalid {what} {part!r}: expected CLASS=RATE, e.g. ai=60/min")
+        try:
+            check_class_name(name)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid {what}: {exc}") from None
+        if name in rates:
+            raise ConfigError(f"invalid {what}: class {name!r} appears twice")
+        rates[name] = parse_rate(value, what=f"{what} rate of {name!r}")
+    return rates

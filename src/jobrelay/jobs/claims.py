@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
+from jobrelay.domain.jobs_config import Rate
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
 
@@ -72,12 +73,18 @@ async def claim(
     classes: Sequence[str] | None = None,
     limits: Mapping[str, int] | None = None,
     caps: Mapping[str, int] | None = None,
+    rates: Mapping[str, Rate] | None = None,
+    fair: bool = True,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` available jobs in one statement (fresh token, attempt + 1).
 
     `limits` bounds each class (default: `limit` for every class of `classes`); `caps` are
     the global caps per class (invariant 10). With a cap, the class's advisory lock is
     taken first and held until commit (in a transaction of its own unless one is open).
+    `rates` are the rate limits per class: the class's row of `job_rate_windows` is locked
+    first, the claim takes at most what the window allows and records its starts, all in
+    one transaction. `fair`: rotate across fairness keys (`claim_jobs.sql`), else strict
+    priority and arrival order (`claim_jobs_fifo.sql`).
     Without `classes` or `limits`, every class that has pending jobs is claimed from.
     """
     if limits is None and classes is None:
@@ -88,13 +95,21 @@ async def claim(
     if limit <= 0 or not per_class:
         return []
     caps = caps or {}
-    names = sorted(per_class)
-    capped = [c for c in names if c in caps]
-    async with _transaction(conn, needed=bool(capped)):
+    rates = rates or {}
+    capped = [c for c in sorted(per_class) if c in caps]
+    rated = [c for c in sorted(per_class) if c in rates]
+    async with _transaction(conn, needed=bool(capped or rated)):
         if capped:
             await conn.execute(_QUERIES.claim_lock_classes, {"classes": capped})
+        if rated:
+            for cls, allowed in (await rate_budget(conn, {c: rates[c] for c in rated})).items():
+                per_class[cls] = min(per_class[cls], allowed)
+            per_class = {c: n for c, n in per_class.items() if n > 0}
+            if not per_class:
+                return []
+        names = sorted(per_class)
         cursor = await conn.execute(
-            _QUERIES.claim_jobs,
+            _QUERIES.claim_jobs if fair else _QUERIES.claim_jobs_fifo,
             {
                 "worker_id": worker_id,
                 "total": limit,
@@ -105,7 +120,31 @@ async def claim(
             },
         )
         rows = await cursor.fetchall()
+        started = [r for r in rows if r["concurrency_class"] in rates]
+        if started:
+            await conn.execute(
+                _QUERIES.claim_rate_record,
+                {
+                    "classes": [r["concurrency_class"] for r in started],
+                    "starts": [r["claimed_at"] for r in started],
+                },
+            )
     return [ClaimedJob.from_row(row) for row in rows]
+
+
+async def rate_budget(conn: Connection, rates: Mapping[str, Rate]) -> dict[str, int]:
+    """Lock the rate windows of `rates`' classes until commit and return how many jobs of
+    each may start now (`queries/claim_rate_budget.sql`); needs a transaction."""
+    names = sorted(rates)
+    cursor = await conn.execute(
+        _QUERIES.claim_rate_budget,
+        {
+            "classes": names,
+            "max_starts": [rates[c].max_starts for c in names],
+            "period_s": [rates[c].period_s for c in names],
+        },
+    )
+    return {str(row["cls"]): cast(int, row["allowed"]) for row in await cursor.fetchall()}
 
 
 async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 from pydantic import BaseModel
 
 from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome
-from jobrelay.domain.jobs_config import DEFAULT_CLASS
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, parse_rate
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.registry import (
     ChildSpec,
@@ -55,17 +55,26 @@ class JobTypes:
     """A group of job types, the concurrency classes they use and the sweeps of the part
     that declares them. Declaring checks nothing but the name; `registry()` checks all."""
 
-    def __init__(self, *, classes: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        classes: Mapping[str, int] | None = None,
+        rates: Mapping[str, str | tuple[float, float] | Rate] | None = None,
+    ) -> None:
         """`classes`: concurrency classes with their default slots per worker (settings may
-        override them); the class `default` needs no declaration."""
+        override them); the class `default` needs no declaration. `rates`: rate limits per
+        class (see `concurrency_class`)."""
         self._entries: dict[str, JobType[Any]] = {}
         self._duplicates: list[str] = []
         self._classes: dict[str, int] = {}
         self._class_conflicts: list[str] = []
         self._sweeps: list[Sweep] = []
         self._schedules: list[Schedule] = []
+        self._rates: dict[str, Rate] = {}
         for name, slots in (classes or {}).items():
             self.concurrency_class(name, slots=slots)
+        for name, rate in (rates or {}).items():
+            self._declare_rate(name, rate)
 
     def add(self, *entries: JobType[Any]) -> None:
         """Add job types declared as `JobType` objects."""
@@ -91,12 +100,18 @@ class JobTypes:
         timeout_s: float | None = None,
         role: JobRole = JobRole.JOB,
         on_create: Callable[[Any], Sequence[ChildSpec]] | None = None,
+        fairness_key: Callable[[Any], object] | str | None = None,
     ) -> Callable[[H], H]:
         """Declare the decorated async function as the handler of job type `name`.
 
         The payload model is `payload`, or the `X` of the handler's `ctx: JobContext[X]`
         annotation. The key functions receive the validated payload. The handler is
         returned unchanged, so it can still be called (and tested) directly.
+
+        `fairness_key`: claims rotate across the keys of a class so that one key's backlog
+        cannot starve another's (e.g. `lambda p: p.organization_id`, or the name of a
+        payload field such as `"organizationId"`). Default: no key, every job of the class
+        in one shared group (strict priority and arrival order).
         """
 
         def declare(handler: H) -> H:
@@ -107,6 +122,8 @@ class JobTypes:
                 "source_key": source_key,
                 "class_of": class_of,
                 "retry": retry,
+                "fairness_key": fairness_key if callable(fairness_key) else None,
+                "fairness_field": fairness_key if isinstance(fairness_key, str) else None,
             }
             self.add(
                 JobType(
@@ -127,14 +144,37 @@ class JobTypes:
 
         return declare
 
-    def concurrency_class(self, name: str, *, slots: int) -> None:
-        """Declare a concurrency class and its default slots per worker process."""
+    def concurrency_class(
+        self, name: str, *, slots: int, rate: str | tuple[float, float] | Rate | None = None
+    ) -> None:
+        """Declare a concurrency class and its default slots per worker process.
+
+        `rate`: at most that many jobs of the class start (are claimed) in any period,
+        across every worker process: `"60/min"`, `"30/10s"`, `"5/s"`, `"1000/h"` or
+        `(30, 10)` for 30 per 10 seconds. A job held back by the rate waits pending; it is
+        not an attempt.
+        """
         known = self._classes.get(name)
         if known is not None and known != slots:
             self._class_conflicts.append(
                 f"concurrency class {name!r} is declared with {known} and {slots} slots"
             )
         self._classes[name] = slots
+        if rate is not None:
+            self._declare_rate(name, rate)
+
+    def _declare_rate(self, name: str, rate: str | tuple[float, float] | Rate) -> None:
+        try:
+            parsed = parse_rate(rate, what=f"rate of concurrency class {name!r}")
+        except ConfigError as exc:
+            self._class_conflicts.append(str(exc))
+            return
+        known = self._rates.get(name)
+        if known is not None and known != parsed:
+            self._class_conflicts.append(
+                f"concurrency class {name!r} is declared with rates {known} and {parsed}"
+            )
+        self._rates[name] = parsed
 
     def sweep(self, name: str, *, every_s: float) -> Callable[[S], S]:
         """Run the decorated `async def f(pool) -> int` in every worker every `every_s`."""
@@ -154,6 +194,8 @@ class JobTypes:
         self._duplicates.extend(other._duplicates)
         for name, slots in other._classes.items():
             self.concurrency_class(name, slots=slots)
+        for name, rate in other._rates.items():
+            self._declare_rate(name, rate)
         self._class_conflicts.extend(other._class_conflicts)
         self._sweeps.extend(other._sweeps)
         self._schedules.extend(other._schedules)
@@ -174,6 +216,7 @@ class JobTypes:
             classes=self._classes,
             sweeps=self._sweeps,
             schedules=self._schedules,
+            rates=self._rates,
         )
 
     def schedule(

@@ -25,7 +25,11 @@ what never resolves by itself to what does:
 7. `source_queue`: an earlier job of its source runs first (named, with the count ahead).
 8. `class_at_cap`: its class has a global cap (`JOBRELAY_JOBS_GLOBAL_CAPS`, passed in: the
    database does not know it) and that many running jobs hold the class's slots (named).
-9. `claimable`: nothing blocks it; a worker should take it soon (`ahead_in_class` counts the
+9. `rate_limited`: its class has a rate limit (declared with the class or
+   `JOBRELAY_JOBS_RATES`; the claimers record it in `job_rate_windows`) and the starts in
+   the last period reached it: "rate limited until T", when the oldest of them ages out.
+   Being held back is not an attempt (`attempt_count` does not change).
+10. `claimable`: nothing blocks it; a worker should take it soon (`ahead_in_class` counts the
    claimable jobs of its class without a source key before it, up to 10,000).
 
 Superseded and merged: enqueue with policy `supersede` or `merge` rewrites the active job in
@@ -49,6 +53,7 @@ from typing import Any
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import NotFound
+from jobrelay.domain.jobs_config import Rate
 from jobrelay.jobs.registry import Registry
 
 _QUERIES = Queries("jobrelay.jobs")
@@ -73,6 +78,7 @@ class Reason(StrEnum):
     SOURCE_BUSY = "source_busy"
     SOURCE_QUEUE = "source_queue"
     CLASS_AT_CAP = "class_at_cap"
+    RATE_LIMITED = "rate_limited"
     CLAIMABLE = "claimable"
 
 
@@ -147,6 +153,8 @@ class Diagnosis:
     class_running: int
     ahead_in_class: int
     replaced_by: uuid.UUID | None
+    rate_limit: str | None = None
+    rate_limited_until: dt.datetime | None = None
 
 
 async def diagnose(
@@ -213,6 +221,8 @@ def decide(row: Mapping[str, Any], *, known_type: bool, caps: Mapping[str, int])
         class_running=row["class_running"],
         ahead_in_class=row["ahead_in_class"],
         replaced_by=row["replaced_by_id"],
+        rate_limit=facts.rate_limit,
+        rate_limited_until=row["rate_limited_until"],
     )
 
 
@@ -226,6 +236,11 @@ class _Facts:
         self.known_type = known_type
         self.cap = caps.get(row["concurrency_class"])
         self.wait_s = float(row["wait_s"] or 0.0)
+        self.rate_limit = (
+            None
+            if row["rate_max_starts"] is None
+            else str(Rate(row["rate_max_starts"], float(row["rate_period_s"])))
+        )
         self.children = (
             ChildCounts(
                 total=row["children_total"],
@@ -278,6 +293,8 @@ class _Facts:
             found.append(Reason.SOURCE_QUEUE)
         if self.cap is not None and row["class_running"] >= self.cap:
             found.append(Reason.CLASS_AT_CAP)
+        if row["rate_limited_until"] is not None:
+            found.append(Reason.RATE_LIMITED)
         return found
 
     def blocking(self, reason: Reason) -> tuple[BlockingJob, ...]:
@@ -405,6 +422,12 @@ class _Facts:
                 return (
                     f"class {cls!r} is at its global cap: {row['class_running']}/{self.cap} "
                     f"slots held by {ids}"
+                )
+            case Reason.RATE_LIMITED:
+                return (
+                    f"rate limited until {_when(row['rate_limited_until'])}: class {cls!r} "
+                    f"started {row['rate_in_window']} job(s) in the last "
+                    f"{row['rate_period_s']:g} s (limit {self.rate_limit})"
                 )
             case Reason.CLAIMABLE:
                 return (

@@ -64,6 +64,7 @@ class _Row:
     parent_id: uuid.UUID | None
     model: Any = None
     run_at: dt.datetime | None = None  # available then (instead of now + delay_s)
+    fairness_key: str | None = None
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -85,6 +86,7 @@ class _Row:
             "parent_id": None if self.parent_id is None else str(self.parent_id),
             "role": str(self.job_type.role),
             "run_at": None if self.run_at is None else self.run_at.isoformat(),
+            "fairness_key": self.fairness_key,
         }
 
 
@@ -147,6 +149,7 @@ class Enqueuer:
             parent_id=request.parent_id,
             model=model,
             run_at=None if job_type.role is JobRole.PARENT else _aware(request.run_at, path),
+            fairness_key=job_type.fairness_for(model),
         )
 
     async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
@@ -335,6 +338,7 @@ def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:
             lead.payload = row.payload
             lead.revision = row.revision
             lead.source_key = row.source_key
+            lead.fairness_key = row.fairness_key
     return folded, owner
 
 

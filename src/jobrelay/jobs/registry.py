@@ -11,7 +11,13 @@ type it could store but not run. A stored job whose type is not in the registry 
 permanently when claimed.
 
 Concurrency classes are data: a `Registry` knows the classes its types declared, with their
-default slots per worker; settings may override them (`JOBRELAY_WORKER_SLOTS`).
+default slots per worker; settings may override them (`JOBRELAY_WORKER_SLOTS`), and the rate
+limits declared with them (`Rate`, enforced by the claim across every worker).
+
+Fairness: a type may name a fairness key (`fairness_key`, a function of the payload, or
+`fairness_field`, the name of a payload field), stored on the job at enqueue; claims rotate
+across the keys of a class (see `queries/claim_jobs.sql`). Without one the key is NULL and
+all such jobs of a class form one group.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pydantic.alias_generators import to_camel
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome
-from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_class_name
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest
 from jobrelay.jobs.schedules import Schedule
@@ -109,6 +115,8 @@ class JobType(Generic[P]):
     `timeout_s`: a handler still running after this long is stopped; a retryable failure.
     `role`: ordinary job, waiting parent or dispatch child (invariant 12).
     `on_create`: for a parent, the children created with it in the same transaction.
+    `fairness_key` / `fairness_field`: the key claims rotate over within the class (a
+    function of the payload, or the name of a payload field); None: the shared NULL group.
     """
 
     name: str
@@ -126,9 +134,29 @@ class JobType(Generic[P]):
     role: JobRole = JobRole.JOB
     on_create: Callable[[P], Sequence[ChildSpec]] | None = None
     timeout_s: float | None = None
+    fairness_key: Callable[[P], object] = _no_key
+    fairness_field: str | None = None
 
     def class_for(self, payload: P) -> str:
         return self.class_of(payload) or self.concurrency_class
+
+    def fairness_for(self, payload: P) -> str | None:
+        """The fairness key stored on the job (as text; None: the shared group)."""
+        if self.fairness_field is not None:
+            value = getattr(payload, _attribute(self.payload_model, self.fairness_field), None)
+        else:
+            value = self.fairness_key(payload)
+        return None if value is None else str(value)
+
+
+def _attribute(model: type[BaseModel], name: str) -> str:
+    """The attribute of `model` called `name` or with the alias `name` (else `name`)."""
+    if name in model.model_fields:
+        return name
+    for key, info in model.model_fields.items():
+        if info.alias == name:
+            return key
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +217,13 @@ def _check_entry(entry: JobType[Any]) -> list[str]:
         problems.append(f"parent job type {name!r} creates no children (on_create)")
     if entry.role is not JobRole.PARENT and entry.on_create is not None:
         problems.append(f"job type {name!r} has on_create but is not a parent (role)")
+    if entry.fairness_field is not None:
+        field_name = _attribute(entry.payload_model, entry.fairness_field)
+        if field_name not in entry.payload_model.model_fields:
+            problems.append(
+                f"job type {name!r}: fairness_key {entry.fairness_field!r} is not a field "
+                "of its payload"
+            )
     if entry.policy is ConflictPolicy.MERGE:
         aliases = {
             (info.alias or key): info for key, info in entry.payload_model.model_fields.items()
@@ -213,6 +248,7 @@ class Registry:
         classes: Mapping[str, int] | None = None,
         sweeps: Iterable[Sweep] = (),
         schedules: Iterable[Schedule] = (),
+        rates: Mapping[str, Rate] | None = None,
     ):
         self._types: dict[str, JobType[Any]] = {}
         problems: list[str] = []
@@ -229,6 +265,12 @@ class Registry:
                 problems.append(str(exc))
             if slots < 0:
                 problems.append(f"concurrency class {name!r}: slots must be >= 0, got {slots}")
+        self._rates = dict(rates or {})
+        for name in self._rates:
+            try:
+                check_class_name(name)
+            except ConfigError as exc:
+                problems.append(str(exc))
         self._sweeps = tuple(sweeps)
         if problems:
             raise RegistryError("; ".join(problems))
@@ -249,6 +291,11 @@ class Registry:
     def classes(self) -> dict[str, int]:
         """Declared concurrency classes and their default slots per worker."""
         return dict(self._classes)
+
+    @property
+    def rates(self) -> dict[str, Rate]:
+        """Declared rate limits per concurrency class (starts per period, all workers)."""
+        return dict(self._rates)
 
     @property
     def sweeps(self) -> tuple[Sweep, ...]:

@@ -61,7 +61,7 @@ from pydantic import ValidationError
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
-from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, check_class_name
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_class_name
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Completion, Done
@@ -117,6 +117,9 @@ class WorkerConfig:
     `claim_session_settings`: False when the pool goes through a transaction pooler, where
     session settings would leak to other clients' server connections (claims then commit
     synchronously, like every other write).
+    `rates`: rate limits per class on top of those the registry declares (every worker must
+    use the same). `fair_claims`: rotate claims across fairness keys (False: strict priority
+    and arrival order, the claim before issue 17).
     """
 
     concurrency: int | None = None
@@ -135,6 +138,8 @@ class WorkerConfig:
     listen: bool = True
     listen_conninfo: str | None = None
     claim_session_settings: bool = True
+    rates: Mapping[str, Rate] = field(default_factory=dict)
+    fair_claims: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
     schedule_grace_s: float = DEFAULT_GRACE_S
@@ -259,6 +264,7 @@ class Worker:
             registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES, failpoints=failpoints
         )
         self.config = config
+        self._rates = {**registry.rates, **config.rates}
         self._jitter = jitter
         self._failpoints = failpoints
         self.metrics = metrics or WorkerMetrics()
@@ -461,6 +467,8 @@ class Worker:
                 limit=total,
                 limits=limits,
                 caps=self.config.global_caps,
+                rates=self._rates,
+                fair=self.config.fair_claims,
                 lease_s=self.config.lease_s,
             )
         self.metrics.claim_latency.observe(time.perf_counter() - started)

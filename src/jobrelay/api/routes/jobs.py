@@ -174,6 +174,12 @@ class DiagnosisOut(ApiModel):
         description="Claimable jobs of its class without a source key before it (<= 10000)"
     )
     replaced_by: uuid.UUID | None
+    rate_limit: str | None = Field(
+        description="The class's rate limit as the workers enforce it, e.g. 30/10s"
+    )
+    rate_limited_until: dt.datetime | None = Field(
+        description="While the class's rate limit is reached: when the next job may start"
+    )
 
     @classmethod
     def of(cls, diagnosis: Diagnosis) -> DiagnosisOut:

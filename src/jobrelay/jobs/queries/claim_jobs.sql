@@ -1,7 +1,20 @@
 -- Claim jobs for one worker in one statement (DESIGN.md 3, invariants 4, 10, 11, 13):
--- up to %(limits)s[i] jobs of class %(classes)s[i] and %(total)s in all, in order of
--- priority, available_at, id; nothing while claims are paused.
+-- up to %(limits)s[i] jobs of class %(classes)s[i] and %(total)s in all, by priority, then
+-- fairly across fairness keys, then by available_at, id; nothing while claims are paused.
+-- (claim_jobs_fifo.sql is the same claim without fairness: JOBRELAY_WORKER_FAIR_CLAIMS=false.)
 --
+-- * Fairness (issue 17): jobs without a source key are grouped by jobs.fairness_key (NULL is
+--   one group). The keys with pending work come from a skip scan of jobs_pending_fair_idx;
+--   each key's head gives its best priority and its running jobs in the class its load.
+--   Keys are ranked by (head priority, running, a random draw) and at most %(limits)s[i]
+--   kept; key number n may contribute at most limit - n + 1 jobs (every earlier key's head
+--   goes before any of its jobs). A job's level is its key's running count plus its rank in
+--   the key, and jobs are taken by (priority, level, draw): round-robin across keys, the
+--   least loaded key first, ties broken at random per claim (no state to update, so a
+--   single key costs no contention). Priority still wins across priorities. The heads of
+--   sources (serialized jobs) have level 1 and draw 0. A class with no key pending (every job
+--   NULL, the default) skips all of this: its jobs have level 1 and draw 0 too, so they are
+--   taken exactly as claim_jobs_fifo.sql takes them (priority, available_at, id).
 -- * Row locks: each candidate set is a LIMIT ... FOR NO KEY UPDATE SKIP LOCKED inside a
 --   MATERIALIZED CTE, so exactly the locked rows are claimed (a LIMIT inside
 --   `IN (subquery ... SKIP LOCKED)` may be re-evaluated and claim more than asked), and a
@@ -82,11 +95,116 @@ heads AS (
                 AND running.status = 'in_progress'
         )
 ),
-candidates AS MATERIALIZED (
-    SELECT free.id, free.concurrency_class, free.priority, free.available_at
+fair_keys AS (
+    -- Every fairness key with a pending job without source key, per wanted class: a skip
+    -- scan of jobs_pending_fair_idx (one index probe per key). The last row of each class
+    -- has a NULL key and stands for the group of jobs without a key.
+    SELECT
+        wanted.cls,
+        (
+            SELECT min(j.fairness_key)
+            FROM jobs AS j
+            WHERE j.status = 'pending'
+                AND j.source_key IS NULL
+                AND j.concurrency_class = wanted.cls
+        ) AS fairness_key
+    FROM wanted
+    UNION ALL
+    SELECT
+        fair_keys.cls,
+        (
+            SELECT min(j.fairness_key)
+            FROM jobs AS j
+            WHERE j.status = 'pending'
+                AND j.source_key IS NULL
+                AND j.concurrency_class = fair_keys.cls
+                AND j.fairness_key > fair_keys.fairness_key
+        )
+    FROM fair_keys
+    WHERE fair_keys.fairness_key IS NOT NULL
+),
+keyed AS (
+    -- Classes with at least one fairness key pending. A class without (every job NULL: a
+    -- single group, the default) skips the fairness work and is claimed as by
+    -- claim_jobs_fifo.sql.
+    SELECT DISTINCT fair_keys.cls
+    FROM fair_keys
+    WHERE fair_keys.fairness_key IS NOT NULL
+),
+key_heads AS (
+    -- The priority of each key's next available job (keys with none drop out).
+    SELECT fair_keys.cls, fair_keys.fairness_key, head.priority
+    FROM fair_keys
+    CROSS JOIN LATERAL (
+        SELECT j.priority
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.source_key IS NULL
+            AND j.concurrency_class = fair_keys.cls
+            AND j.fairness_key = fair_keys.fairness_key
+            AND j.available_at <= clock_timestamp()
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT 1
+    ) AS head
+    WHERE fair_keys.fairness_key IS NOT NULL
+    UNION ALL
+    SELECT wanted.cls, NULL, head.priority
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, j.concurrency_class, j.priority, j.available_at
+        SELECT j.priority
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.source_key IS NULL
+            AND j.concurrency_class = wanted.cls
+            AND j.fairness_key IS NULL
+            AND j.available_at <= clock_timestamp()
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT 1
+    ) AS head
+    WHERE wanted.cls IN (SELECT keyed.cls FROM keyed)
+),
+key_load AS (
+    -- Running jobs per class and key (at most the fleet's slots: cheap to count).
+    SELECT r.concurrency_class AS cls, r.fairness_key, count(*) AS running
+    FROM jobs AS r
+    WHERE r.status = 'in_progress'
+        AND r.concurrency_class = ANY(%(classes)s::text[])
+        AND r.source_key IS NULL
+    GROUP BY r.concurrency_class, r.fairness_key
+),
+drawn_keys AS MATERIALIZED (
+    SELECT
+        key_heads.cls,
+        key_heads.fairness_key,
+        key_heads.priority,
+        coalesce(key_load.running, 0) AS running,
+        random() AS draw
+    FROM key_heads
+    LEFT JOIN key_load
+        ON key_load.cls = key_heads.cls
+        AND key_load.fairness_key IS NOT DISTINCT FROM key_heads.fairness_key
+),
+chosen_keys AS (
+    SELECT ordered.*, wanted.lim - ordered.nth + 1 AS take
+    FROM (
+        SELECT
+            drawn_keys.*,
+            row_number() OVER (
+                PARTITION BY drawn_keys.cls
+                ORDER BY drawn_keys.priority, drawn_keys.running, drawn_keys.draw
+            ) AS nth
+        FROM drawn_keys
+    ) AS ordered
+    JOIN wanted ON wanted.cls = ordered.cls
+    WHERE ordered.nth <= wanted.lim
+),
+candidates AS MATERIALIZED (
+    SELECT
+        free.id, wanted.cls AS concurrency_class, free.priority, free.available_at,
+        NULL::text AS fairness_key, 0::bigint AS running, 0::float8 AS draw, TRUE AS flat
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at
         FROM jobs AS j
         WHERE j.status = 'pending'
             AND j.available_at <= clock_timestamp()
@@ -96,8 +214,47 @@ candidates AS MATERIALIZED (
         LIMIT wanted.lim
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS free
+    WHERE wanted.cls NOT IN (SELECT keyed.cls FROM keyed)
     UNION ALL
-    SELECT serial.id, serial.concurrency_class, serial.priority, serial.available_at
+    SELECT
+        free.id, chosen_keys.cls, free.priority, free.available_at,
+        chosen_keys.fairness_key, chosen_keys.running, chosen_keys.draw, FALSE
+    FROM chosen_keys
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.available_at <= clock_timestamp()
+            AND j.concurrency_class = chosen_keys.cls
+            AND j.source_key IS NULL
+            AND j.fairness_key = chosen_keys.fairness_key
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT chosen_keys.take
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS free
+    WHERE chosen_keys.fairness_key IS NOT NULL
+    UNION ALL
+    SELECT
+        free.id, chosen_keys.cls, free.priority, free.available_at,
+        NULL, chosen_keys.running, chosen_keys.draw, FALSE
+    FROM chosen_keys
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at
+        FROM jobs AS j
+        WHERE j.status = 'pending'
+            AND j.available_at <= clock_timestamp()
+            AND j.concurrency_class = chosen_keys.cls
+            AND j.source_key IS NULL
+            AND j.fairness_key IS NULL
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT chosen_keys.take
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS free
+    WHERE chosen_keys.fairness_key IS NULL
+    UNION ALL
+    SELECT
+        serial.id, serial.concurrency_class, serial.priority, serial.available_at,
+        NULL, 0, 0, TRUE
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, j.concurrency_class, j.priority, j.available_at
@@ -113,17 +270,37 @@ candidates AS MATERIALIZED (
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS serial
 ),
-ranked AS (
+leveled AS (
     SELECT
         candidates.id,
         candidates.concurrency_class,
         candidates.priority,
         candidates.available_at,
-        row_number() OVER (
-            PARTITION BY candidates.concurrency_class
-            ORDER BY candidates.priority, candidates.available_at, candidates.id
-        ) AS nth
+        candidates.draw,
+        CASE
+            WHEN candidates.flat THEN 1
+            ELSE candidates.running + row_number() OVER (
+                PARTITION BY candidates.concurrency_class, candidates.flat,
+                    candidates.fairness_key
+                ORDER BY candidates.priority, candidates.available_at, candidates.id
+            )
+        END AS level
     FROM candidates
+),
+ranked AS (
+    SELECT
+        leveled.id,
+        leveled.concurrency_class,
+        leveled.priority,
+        leveled.level,
+        leveled.draw,
+        leveled.available_at,
+        row_number() OVER (
+            PARTITION BY leveled.concurrency_class
+            ORDER BY leveled.priority, leveled.level, leveled.draw, leveled.available_at,
+                leveled.id
+        ) AS nth
+    FROM leveled
 ),
 free_slots AS (
     SELECT
@@ -146,7 +323,7 @@ picked AS (
         ranked.id,
         free_slots.slot,
         row_number() OVER (
-            ORDER BY ranked.priority, ranked.available_at, ranked.id
+            ORDER BY ranked.priority, ranked.level, ranked.draw, ranked.available_at, ranked.id
         ) AS overall
     FROM ranked
     JOIN wanted ON wanted.cls = ranked.concurrency_class
@@ -171,4 +348,4 @@ WHERE jobs.id = picked.id
     AND picked.overall <= %(total)s
 RETURNING
     jobs.id, jobs.type, jobs.payload, jobs.revision, jobs.claim_token, jobs.attempt_count,
-    jobs.max_attempts, jobs.source_key, jobs.concurrency_class, jobs.parent_id
+    jobs.max_attempts, jobs.source_key, jobs.concurrency_class, jobs.parent_id, jobs.claimed_at

@@ -2,7 +2,9 @@
 -- database time `checked_at`): the job, the pause flags, the running job of its source, the
 -- pending job of its source ahead of it, the running jobs holding its class's global slots,
 -- its children by state, the workers serving its class, the job that replaced it (from the
--- reason duplicate reconciliation records) and its parent. No row: no such job.
+-- reason duplicate reconciliation records), its parent, and its class's rate window (the
+-- starts in the last period, and until when the class is rate limited when that many reach
+-- the limit). No row: no such job.
 -- A worker is live when its heartbeat is newer than %(stale_s)s seconds, or, when that is
 -- NULL, than three of its own heartbeat intervals.
 SELECT
@@ -74,7 +76,11 @@ SELECT
     replaced_job.type AS replaced_by_type,
     replaced_job.status AS replaced_by_status,
     parent.status AS parent_status,
-    parent.type AS parent_type
+    parent.type AS parent_type,
+    rate.max_starts AS rate_max_starts,
+    rate.period_s AS rate_period_s,
+    rate.in_window AS rate_in_window,
+    rate.limited_until AS rate_limited_until
 FROM jobs AS j
 CROSS JOIN (SELECT clock_timestamp() AS at) AS clock
 CROSS JOIN jobs_control AS control
@@ -167,5 +173,26 @@ LEFT JOIN LATERAL (
 ) AS replaced ON TRUE
 LEFT JOIN jobs AS replaced_job ON replaced_job.id = replaced.id
 LEFT JOIN jobs AS parent ON parent.id = j.parent_id
+LEFT JOIN LATERAL (
+    SELECT
+        w.max_starts,
+        w.period_s,
+        cardinality(recent.starts) AS in_window,
+        CASE
+            WHEN cardinality(recent.starts) >= w.max_starts
+                THEN recent.starts[cardinality(recent.starts) - w.max_starts + 1]
+                + make_interval(secs => w.period_s)
+        END AS limited_until
+    FROM job_rate_windows AS w
+    CROSS JOIN LATERAL (
+        SELECT ARRAY(
+            SELECT s.at
+            FROM unnest(w.starts) AS s (at)
+            WHERE s.at >= clock.at - make_interval(secs => w.period_s)
+            ORDER BY s.at
+        ) AS starts
+    ) AS recent
+    WHERE w.concurrency_class = j.concurrency_class
+) AS rate ON TRUE
 WHERE j.id = %(id)s
     AND control.id

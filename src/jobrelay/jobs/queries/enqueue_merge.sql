@@ -13,13 +13,13 @@ input AS (
         id uuid, type text, payload jsonb, dedupe_key text, revision bigint, source_key text,
         concurrency_class text, priority smallint, max_attempts integer, delay_s float8,
         parent_id uuid, role text,
-        run_at timestamptz
+        run_at timestamptz, fairness_key text
     )
 ),
 written AS (
     INSERT INTO jobs AS j (
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, available_at, parent_id, role
+        max_attempts, available_at, parent_id, role, fairness_key
     )
     SELECT
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
@@ -31,7 +31,7 @@ written AS (
             clock_timestamp() + make_interval(secs => delay_s),
             '9999-12-31 00:00:00+00'
         ),
-        parent_id, role
+        parent_id, role, fairness_key
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)

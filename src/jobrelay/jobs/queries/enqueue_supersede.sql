@@ -12,13 +12,13 @@ input AS (
         id uuid, type text, payload jsonb, dedupe_key text, revision bigint, source_key text,
         concurrency_class text, priority smallint, max_attempts integer, delay_s float8,
         parent_id uuid, role text,
-        run_at timestamptz
+        run_at timestamptz, fairness_key text
     )
 ),
 written AS (
     INSERT INTO jobs AS j (
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, available_at, parent_id, role
+        max_attempts, available_at, parent_id, role, fairness_key
     )
     SELECT
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
@@ -30,7 +30,7 @@ written AS (
             clock_timestamp() + make_interval(secs => delay_s),
             '9999-12-31 00:00:00+00'
         ),
-        parent_id, role
+        parent_id, role, fairness_key
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)
@@ -38,7 +38,8 @@ written AS (
     DO UPDATE SET
         payload = excluded.payload,
         revision = excluded.revision,
-        source_key = excluded.source_key
+        source_key = excluded.source_key,
+        fairness_key = excluded.fairness_key
     WHERE excluded.revision > j.revision
     RETURNING j.id, j.type, j.dedupe_key, j.revision, (j.xmax = 0) AS inserted
 )
