@@ -57,7 +57,9 @@ def test_one_source_never_runs_twice_at_once_and_sources_progress_in_parallel(
         for _ in range(100)
     ]
     enqueue_sync(db_dsn, jobs)
-    with worker_processes(db_dsn, 2, "--slots", "default=8"):
+    # Two slots per process for three sources: whenever all three run at once (asserted
+    # below), both processes are running one of them.
+    with worker_processes(db_dsn, 2, "--slots", "default=2"):
         rows = wait_until(lambda: _finished(db_dsn, 300), timeout_s=120, what="300 jobs")
     assert {r["status"] for r in rows} == {"completed"}
     by_source: dict[str, list[dict[str, object]]] = {}
