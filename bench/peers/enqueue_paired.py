@@ -144,9 +144,7 @@ def main() -> int:
                         emit(line)
                         d = parse(line)
                         if "jobs_per_s" in d and "note" not in d:
-                            rows.setdefault((peer, d["scenario"]), {})[rep] = float(
-                                d["jobs_per_s"]
-                            )
+                            rows.setdefault((peer, d["scenario"]), {})[rep] = float(d["jobs_per_s"])
                             got = True
                 if proc.returncode != 0 or not got:
                     emit(f"# peer={peer} rep={rep} rc={proc.returncode} {proc.stderr[-600:]!r}")

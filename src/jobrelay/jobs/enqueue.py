@@ -174,11 +174,7 @@ class Enqueuer:
             return []
         folded, owner = _fold(rows)
         with_children = any(r.job_type.on_create is not None for r in rows)
-        if (
-            not with_children
-            and len(folded) == len(rows)
-            and len({r.job_type.policy for r in rows}) == 1
-        ):
+        if not with_children and len(folded) == len(rows) and len(_groups(folded)) == 1:
             written = await self._write(conn, folded)
         else:
             async with conn.transaction():
@@ -198,12 +194,11 @@ class Enqueuer:
         return results
 
     async def _write(self, conn: Connection, rows: list[_Row]) -> list[Enqueued]:
-        by_policy: dict[ConflictPolicy, list[_Row]] = {}
-        for row in rows:
-            by_policy.setdefault(row.job_type.policy, []).append(row)
         results: dict[uuid.UUID, Enqueued] = {}
-        for policy, group in by_policy.items():
-            for merge_field, part in _merge_groups(policy, group).items():
+        for (policy, merge_field), part in _groups(rows).items():
+            if policy is None:
+                results.update(await _write_new(conn, part))
+            else:
                 results.update(await _write_policy(conn, policy, merge_field, part))
         await self._write_children(conn, rows, results)
         return [results[row.id] for row in rows]
@@ -228,13 +223,38 @@ class Enqueuer:
         self._failpoints.hit("batch.after_dispatch")
 
 
-def _merge_groups(policy: ConflictPolicy, rows: list[_Row]) -> dict[str | None, list[_Row]]:
-    if policy is not ConflictPolicy.MERGE:
-        return {None: rows}
-    groups: dict[str | None, list[_Row]] = {}
+def _groups(
+    rows: list[_Row],
+) -> dict[tuple[ConflictPolicy | None, str | None], list[_Row]]:
+    """The statements a write runs, keyed by (policy, merge field): one for the rows without
+    a dedupe key (policy None: they cannot conflict, whatever their type's policy), one per
+    policy (and merge field, for merge) for the rows with one."""
+    groups: dict[tuple[ConflictPolicy | None, str | None], list[_Row]] = {}
     for row in rows:
-        groups.setdefault(row.job_type.merge_field, []).append(row)
+        if row.dedupe_key is None:
+            key: tuple[ConflictPolicy | None, str | None] = (None, None)
+        elif row.job_type.policy is ConflictPolicy.MERGE:
+            key = (ConflictPolicy.MERGE, row.job_type.merge_field)
+        else:
+            key = (row.job_type.policy, None)
+        groups.setdefault(key, []).append(row)
     return groups
+
+
+def _document(rows: list[_Row]) -> str:
+    """One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send than
+    eleven parallel arrays, which psycopg inspects element by element."""
+    return _COMPACT.encode([r.as_json() for r in rows])
+
+
+async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
+    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_new.sql)."""
+    cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
+    if cursor.rowcount == 0:
+        raise Paused("enqueueing is paused by the operator (jobs_control)")
+    if cursor.rowcount != len(rows):
+        raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
+    return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
 
 
 def _statement(policy: ConflictPolicy) -> LiteralString:
@@ -248,13 +268,12 @@ def _statement(policy: ConflictPolicy) -> LiteralString:
 async def _write_policy(
     conn: Connection, policy: ConflictPolicy, merge_field: str | None, rows: list[_Row]
 ) -> dict[uuid.UUID, Enqueued]:
-    """Run the policy's statement; re-run it for inputs whose active job changed meanwhile."""
+    """Run the policy's statement for rows with a dedupe key; re-run it for inputs whose
+    active job changed meanwhile."""
     results: dict[uuid.UUID, Enqueued] = {}
     todo = rows
     for _ in range(_ATTEMPTS):
-        # One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send
-        # than eleven parallel arrays, which psycopg inspects element by element.
-        params: dict[str, Any] = {"jobs": _COMPACT.encode([r.as_json() for r in todo])}
+        params: dict[str, Any] = {"jobs": _document(todo)}
         if policy is ConflictPolicy.MERGE:
             params["merge_field"] = merge_field
         cursor = await conn.execute(_statement(policy), params)
