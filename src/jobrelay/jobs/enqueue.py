@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString, cast
 
+from psycopg.types.json import Jsonb
+
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput, Paused
@@ -36,6 +38,10 @@ __all__ = ["EnqueueRequest", "Enqueuer", "enqueue"]
 _QUERIES = Queries("jobrelay.jobs")
 DEFAULT_PAYLOAD_LIMIT_BYTES = 256 * 1024
 _ATTEMPTS = 5  # rounds for inputs whose active job changed under the statement
+# From this many jobs without a dedupe key or delay, a bulk enqueue copies them in (one COPY
+# and three short statements: cheaper than INSERT ... SELECT once the rows outweigh them).
+COPY_MIN_ROWS = 16
+_COPY_TYPES = ["uuid", "text", "jsonb", "int8", "text", "text", "int2", "int4", "uuid", "text"]
 # One encoder for compact JSON: json.dumps with options builds a new encoder on every call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 # The payload limit counts UTF-8 bytes as stored, not `\uXXXX` escapes of non-ASCII text.
@@ -248,13 +254,44 @@ def _document(rows: list[_Row]) -> str:
 
 
 async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
-    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_new.sql)."""
-    cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
-    if cursor.rowcount == 0:
-        raise Paused("enqueueing is paused by the operator (jobs_control)")
-    if cursor.rowcount != len(rows):
-        raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
+    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_new.sql),
+    or a binary COPY for many jobs without a delay (`_copy_new`)."""
+    if len(rows) >= COPY_MIN_ROWS and all(r.delay_s == 0.0 for r in rows):
+        await _copy_new(conn, rows)
+    else:
+        cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
+        if cursor.rowcount != len(rows):
+            if cursor.rowcount == 0:
+                raise Paused("enqueueing is paused by the operator (jobs_control)")
+            raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
     return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
+
+
+async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
+    """Copy jobs without a dedupe key or delay in (enqueue_copy.sql), in one transaction (a
+    savepoint inside the caller's) that first checks the pause, as the statements do."""
+    async with conn.transaction():
+        cursor = await conn.execute(_QUERIES.enqueue_paused)
+        control = await cursor.fetchone()
+        if control is None or control["enqueue_paused"]:
+            raise Paused("enqueueing is paused by the operator (jobs_control)")
+        async with conn.cursor().copy(_QUERIES.enqueue_copy) as copy:
+            copy.set_types(_COPY_TYPES)
+            for r in rows:
+                await copy.write_row(
+                    (
+                        r.id,
+                        r.job_type.name,
+                        Jsonb(r.payload, _COMPACT.encode),
+                        r.revision,
+                        r.source_key,
+                        r.concurrency_class,
+                        r.priority,
+                        r.max_attempts,
+                        r.parent_id,
+                        str(r.job_type.role),
+                    )
+                )
 
 
 def _statement(policy: ConflictPolicy) -> LiteralString:
