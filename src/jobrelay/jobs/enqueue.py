@@ -6,6 +6,11 @@ to workers until that transaction commits and disappears if it rolls back (no or
 no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
 through `INSERT ... ON CONFLICT`, never by reading first.
 
+Jobs without a dedupe key cannot conflict, whatever their policy: they take a plain INSERT
+with no arbiter and no read-back (`enqueue_new.sql`), or in bulk, from `COPY_MIN_ROWS` jobs
+without a delay, a binary COPY after a pause check in the same transaction. A bulk call that
+needs more than one statement runs them in one transaction (a savepoint in the caller's).
+
 A bulk call folds requests with the same (type, dedupe key) before the statement: a
 multi-row `ON CONFLICT DO UPDATE` that meets one key twice fails with a cardinality error.
 
