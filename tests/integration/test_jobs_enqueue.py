@@ -3,6 +3,8 @@ and the known traps of ON CONFLICT on a partial unique index."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
@@ -10,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import InvalidInput, Paused
 from jobrelay.domain.jobs import EnqueueOutcome
-from jobrelay.jobs.enqueue import EnqueueRequest
+from jobrelay.jobs.enqueue import COPY_MIN_ROWS, EnqueueRequest
 from tests.jobs_support import fetch, row, service
 
 Pool = AsyncConnectionPool[Connection]
@@ -178,3 +180,99 @@ async def test_paused_enqueue_is_refused(pool: Pool) -> None:
     with pytest.raises(Paused):
         await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
     assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_paused_enqueue_refuses_jobs_with_and_without_a_key(pool: Pool) -> None:
+    """Jobs without a dedupe key take their own statement (enqueue_new.sql): the pause holds
+    for both statements, one by one and in bulk."""
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
+    jobs = service(pool)
+    keyed = EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"})
+    with pytest.raises(Paused):
+        await jobs.enqueue(keyed)
+    with pytest.raises(Paused):
+        await jobs.enqueue_many([EnqueueRequest("diag.noop", {}), keyed])
+    with pytest.raises(Paused):
+        await jobs.enqueue_many([EnqueueRequest("diag.noop", {"i": 1})] * 3)
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_bulk_with_and_without_keys_returns_every_job_in_order(pool: Pool) -> None:
+    jobs = service(pool)
+    keyed = EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"})
+    first = await jobs.enqueue(keyed)
+    results = await jobs.enqueue_many(
+        [EnqueueRequest("diag.noop", {"i": 0}), keyed, EnqueueRequest("diag.noop", {"i": 2})]
+    )
+    assert [r.outcome for r in results] == [
+        EnqueueOutcome.CREATED,
+        EnqueueOutcome.DEDUPLICATED,
+        EnqueueOutcome.CREATED,
+    ]
+    assert results[1].id == first.id
+    stored = {r["id"]: r for r in await fetch(pool, "SELECT id, payload, revision FROM jobs")}
+    assert stored[results[0].id]["payload"] == {"i": 0}
+    assert stored[results[2].id]["payload"] == {"i": 2}
+    assert results[0].revision == stored[results[0].id]["revision"] == 1
+    assert len(stored) == 3
+
+
+async def test_bulk_with_and_without_keys_is_all_or_nothing(pool: Pool) -> None:
+    """Two statements (without and with a key) run in one transaction: when the second
+    fails, the jobs the first inserted are gone too."""
+    jobs = service(pool)
+    dangling = EnqueueRequest(
+        "media.process",
+        {"mediaId": "m", "revision": 1, "sourceId": "s"},
+        parent_id=uuid.uuid4(),  # no such parent: the foreign key fails the keyed statement
+    )
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        await jobs.enqueue_many([EnqueueRequest("diag.noop", {}), dangling])
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_bulk_copy_path_stores_every_job_like_the_statement(pool: Pool) -> None:
+    """From COPY_MIN_ROWS jobs without a key or delay, bulk enqueue copies them in: same
+    rows, same results, claimable now (available_at is database time, not in the future)."""
+    jobs = service(pool)
+    n = COPY_MIN_ROWS + 4
+    results = await jobs.enqueue_many(
+        [EnqueueRequest("diag.noop", {"i": i}, priority=3) for i in range(n)]
+    )
+    assert [r.outcome for r in results] == [EnqueueOutcome.CREATED] * n
+    stored = await fetch(
+        pool,
+        "SELECT id, payload, priority, status, role, concurrency_class, max_attempts, "
+        "available_at <= clock_timestamp() AS due FROM jobs",
+    )
+    by_id = {r["id"]: r for r in stored}
+    assert [by_id[r.id]["payload"] for r in results] == [{"i": i} for i in range(n)]
+    assert {
+        (r["priority"], r["status"], r["role"], r["concurrency_class"], r["due"]) for r in stored
+    } == {(3, "pending", "job", "default", True)}
+
+
+async def test_bulk_copy_path_respects_pause_and_the_callers_transaction(pool: Pool) -> None:
+    jobs = service(pool)
+    many = [EnqueueRequest("diag.noop", {"i": i}) for i in range(COPY_MIN_ROWS)]
+    async with pool.connection() as conn:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await jobs.enqueue_many(many, conn=conn)
+                raise RuntimeError("caller fails")
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
+    with pytest.raises(Paused):
+        await jobs.enqueue_many(many)
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_bulk_with_a_delay_takes_the_statement(pool: Pool) -> None:
+    jobs = service(pool)
+    many = [EnqueueRequest("diag.noop", {"i": i}) for i in range(COPY_MIN_ROWS)]
+    await jobs.enqueue_many([*many, EnqueueRequest("diag.noop", {}, delay_s=3600)])
+    later = await fetch(pool, "SELECT id FROM jobs WHERE available_at > clock_timestamp()")
+    assert len(later) == 1
+    assert len(await fetch(pool, "SELECT id FROM jobs")) == COPY_MIN_ROWS + 1

@@ -6,6 +6,11 @@ to workers until that transaction commits and disappears if it rolls back (no or
 no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
 through `INSERT ... ON CONFLICT`, never by reading first.
 
+Jobs without a dedupe key cannot conflict, whatever their policy: they take a plain INSERT
+with no arbiter and no read-back (`enqueue_new.sql`), or in bulk, from `COPY_MIN_ROWS` jobs
+without a delay, a binary COPY after a pause check in the same transaction. A bulk call that
+needs more than one statement runs them in one transaction (a savepoint in the caller's).
+
 A bulk call folds requests with the same (type, dedupe key) before the statement: a
 multi-row `ON CONFLICT DO UPDATE` that meets one key twice fails with a cardinality error.
 
@@ -23,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString, cast
 
+from psycopg.types.json import Jsonb
+
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput, Paused
@@ -37,6 +44,22 @@ __all__ = ["EnqueueRequest", "Enqueuer", "enqueue"]
 _QUERIES = Queries("jobrelay.jobs")
 DEFAULT_PAYLOAD_LIMIT_BYTES = 256 * 1024
 _ATTEMPTS = 5  # rounds for inputs whose active job changed under the statement
+# From this many jobs without a dedupe key or delay, a bulk enqueue copies them in (one COPY
+# and three short statements: cheaper than INSERT ... SELECT once the rows outweigh them).
+COPY_MIN_ROWS = 16
+_COPY_TYPES = [
+    "uuid",
+    "text",
+    "jsonb",
+    "int8",
+    "text",
+    "text",
+    "int2",
+    "int4",
+    "uuid",
+    "text",
+    "text",
+]
 # One encoder for compact JSON: json.dumps with options builds a new encoder on every call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 # The payload limit counts UTF-8 bytes as stored, not `\uXXXX` escapes of non-ASCII text.
@@ -181,11 +204,7 @@ class Enqueuer:
             return []
         folded, owner = _fold(rows)
         with_children = any(r.job_type.on_create is not None for r in rows)
-        if (
-            not with_children
-            and len(folded) == len(rows)
-            and len({r.job_type.policy for r in rows}) == 1
-        ):
+        if not with_children and len(folded) == len(rows) and len(_groups(folded)) == 1:
             written = await self._write(conn, folded)
         else:
             async with conn.transaction():
@@ -205,12 +224,11 @@ class Enqueuer:
         return results
 
     async def _write(self, conn: Connection, rows: list[_Row]) -> list[Enqueued]:
-        by_policy: dict[ConflictPolicy, list[_Row]] = {}
-        for row in rows:
-            by_policy.setdefault(row.job_type.policy, []).append(row)
         results: dict[uuid.UUID, Enqueued] = {}
-        for policy, group in by_policy.items():
-            for merge_field, part in _merge_groups(policy, group).items():
+        for (policy, merge_field), part in _groups(rows).items():
+            if policy is None:
+                results.update(await _write_new(conn, part))
+            else:
                 results.update(await _write_policy(conn, policy, merge_field, part))
         await self._write_children(conn, rows, results)
         return [results[row.id] for row in rows]
@@ -243,13 +261,70 @@ def _aware(run_at: dt.datetime | None, path: str) -> dt.datetime | None:
     return run_at
 
 
-def _merge_groups(policy: ConflictPolicy, rows: list[_Row]) -> dict[str | None, list[_Row]]:
-    if policy is not ConflictPolicy.MERGE:
-        return {None: rows}
-    groups: dict[str | None, list[_Row]] = {}
+def _groups(
+    rows: list[_Row],
+) -> dict[tuple[ConflictPolicy | None, str | None], list[_Row]]:
+    """The statements a write runs, keyed by (policy, merge field): one for the rows without
+    a dedupe key (policy None: they cannot conflict, whatever their type's policy), one per
+    policy (and merge field, for merge) for the rows with one."""
+    groups: dict[tuple[ConflictPolicy | None, str | None], list[_Row]] = {}
     for row in rows:
-        groups.setdefault(row.job_type.merge_field, []).append(row)
+        if row.dedupe_key is None:
+            key: tuple[ConflictPolicy | None, str | None] = (None, None)
+        elif row.job_type.policy is ConflictPolicy.MERGE:
+            key = (ConflictPolicy.MERGE, row.job_type.merge_field)
+        else:
+            key = (row.job_type.policy, None)
+        groups.setdefault(key, []).append(row)
     return groups
+
+
+def _document(rows: list[_Row]) -> str:
+    """One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send than
+    eleven parallel arrays, which psycopg inspects element by element."""
+    return _COMPACT.encode([r.as_json() for r in rows])
+
+
+async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
+    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_new.sql),
+    or a binary COPY for many jobs without a delay (`_copy_new`)."""
+    if len(rows) >= COPY_MIN_ROWS and all(r.delay_s == 0.0 and r.run_at is None for r in rows):
+        await _copy_new(conn, rows)
+    else:
+        cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
+        if cursor.rowcount != len(rows):
+            if cursor.rowcount == 0:
+                raise Paused("enqueueing is paused by the operator (jobs_control)")
+            raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
+    return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
+
+
+async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
+    """Copy jobs without a dedupe key or delay in (enqueue_copy.sql), in one transaction (a
+    savepoint inside the caller's) that first checks the pause, as the statements do."""
+    async with conn.transaction():
+        cursor = await conn.execute(_QUERIES.enqueue_paused)
+        control = await cursor.fetchone()
+        if control is None or control["enqueue_paused"]:
+            raise Paused("enqueueing is paused by the operator (jobs_control)")
+        async with conn.cursor().copy(_QUERIES.enqueue_copy) as copy:
+            copy.set_types(_COPY_TYPES)
+            for r in rows:
+                await copy.write_row(
+                    (
+                        r.id,
+                        r.job_type.name,
+                        Jsonb(r.payload, _COMPACT.encode),
+                        r.revision,
+                        r.source_key,
+                        r.concurrency_class,
+                        r.priority,
+                        r.max_attempts,
+                        r.parent_id,
+                        str(r.job_type.role),
+                        r.fairness_key,
+                    )
+                )
 
 
 def _statement(policy: ConflictPolicy) -> LiteralString:
@@ -263,13 +338,12 @@ def _statement(policy: ConflictPolicy) -> LiteralString:
 async def _write_policy(
     conn: Connection, policy: ConflictPolicy, merge_field: str | None, rows: list[_Row]
 ) -> dict[uuid.UUID, Enqueued]:
-    """Run the policy's statement; re-run it for inputs whose active job changed meanwhile."""
+    """Run the policy's statement for rows with a dedupe key; re-run it for inputs whose
+    active job changed meanwhile."""
     results: dict[uuid.UUID, Enqueued] = {}
     todo = rows
     for _ in range(_ATTEMPTS):
-        # One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send
-        # than eleven parallel arrays, which psycopg inspects element by element.
-        params: dict[str, Any] = {"jobs": _COMPACT.encode([r.as_json() for r in todo])}
+        params: dict[str, Any] = {"jobs": _document(todo)}
         if policy is ConflictPolicy.MERGE:
             params["merge_field"] = merge_field
         cursor = await conn.execute(_statement(policy), params)
