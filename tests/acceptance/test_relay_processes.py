@@ -69,7 +69,12 @@ async def test_two_relays_deliver_2000_items_once_each(
     queue = aws_resources.queues.work
     scope = await api.tenant("alice")
     # Few calls in flight, so the drain keeps the emulator's queue short.
-    gentle = {"JOBRELAY_RELAY_WORKERS": "2", "JOBRELAY_RELAY_MAX_IN_FLIGHT": "2"}
+    # Nothing consumes here: a window of all the items (fair dispatch would hold 200 back).
+    gentle = {
+        "JOBRELAY_RELAY_WORKERS": "2",
+        "JOBRELAY_RELAY_MAX_IN_FLIGHT": "2",
+        "JOBRELAY_RELAY_ORG_WINDOW": "2000",
+    }
     with (
         relay_process(tmp_path, "relay-a", db_dsn, emulator_url, queue, **gentle) as a,
         relay_process(tmp_path, "relay-b", db_dsn, emulator_url, queue, **gentle) as b,

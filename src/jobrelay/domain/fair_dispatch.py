@@ -1,6 +1,6 @@
 """Fair dispatch of the batch outbox between organizations: the relay's settings (pure).
 
-See `jobrelay.batches.relay` and docs/explanation/fair-dispatch.md.
+See `jobrelay.batches.relay` and docs/explanation/fair_dispatch.md.
 """
 
 from __future__ import annotations
