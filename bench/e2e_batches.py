@@ -49,6 +49,46 @@ JOBRELAY = str(Path(sys.executable).with_name("jobrelay"))
 
 
 CALLS: dict[str, list[float]] = {}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds of it and of its exited, waited-for children)."""
+    table: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[1] is the parent pid; [11:15] utime, stime, cutime, cstime (clock ticks)
+        table[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / TICKS)
+    return table
+
+
+def cpu_seconds(roots: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each named group of process trees (live descendants and
+    the exited children their parents waited for): what each part of the stack costs,
+    whatever else the machine runs. A group of just this process counts it alone."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    totals: dict[str, float] = {}
+    for name, pids in roots.items():
+        if pids == [os.getpid()]:  # this process alone: its children are other groups
+            own = os.times()
+            totals[name] = own.user + own.system
+            continue
+        total, todo = 0.0, list(pids)
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                total += table[pid][1]
+                todo.extend(children.get(pid, []))
+        totals[name] = total
+    return totals
 
 
 @contextmanager
@@ -155,9 +195,13 @@ async def run_jobrelay(
     project_id: int,
     urls: list[str],
     workers: int,
+    groups: dict[str, list[int]],
 ) -> float:
-    """Items/s from the POST to every child terminal with `workers` sqs-worker processes."""
+    """Items/s from the POST to every child terminal with `workers` sqs-worker processes;
+    prints the CPU milliseconds per item of each part."""
     started = [stack.start(f"sqs-worker-{workers}-{i}", "sqs-worker") for i in range(workers)]
+    groups = {**groups, "sqs-workers": [p.pid for p in started]}
+    before = cpu_seconds(groups)
     try:
         async with httpx.AsyncClient(timeout=120) as client:
             start = time.perf_counter()
@@ -176,6 +220,14 @@ async def run_jobrelay(
                 (batch_id,),
             ).fetchone()
         assert failed == (0,), f"{failed} children did not complete; see {stack.logs}"
+        after = cpu_seconds(groups)
+        print(
+            "  jobrelay, CPU ms per item: "
+            + ", ".join(
+                f"{name} {1000 * (after[name] - before[name]) / len(urls):.1f}" for name in groups
+            )
+            + f" (total {1000 * sum(after[n] - before[n] for n in groups) / len(urls):.0f})"
+        )
         return len(urls) / elapsed
     finally:
         for process in started:
@@ -183,7 +235,13 @@ async def run_jobrelay(
 
 
 async def run_baseline(
-    aws: AwsEndpoint, bucket: str, urls: list[str], hook: str, *, slots: int
+    aws: AwsEndpoint,
+    bucket: str,
+    urls: list[str],
+    hook: str,
+    *,
+    slots: int,
+    groups: dict[str, list[int]],
 ) -> float:
     """The same calls in a plain loop: items/s from the first send to the last delete."""
     bodies = [f'{{"kind":"page_import","id":"{uuid.uuid4()}","url":"{u}"}}' for u in urls]
@@ -236,6 +294,7 @@ async def run_baseline(
 
                 await asyncio.gather(*(one(m) for m in messages))
 
+        before = cpu_seconds(groups)
         start = time.perf_counter()
         sends = [send(bodies[i : i + 10]) for i in range(0, len(bodies), 10)]
         consumers = [asyncio.create_task(consume()) for _ in range(max(1, slots // 10))]
@@ -257,6 +316,13 @@ async def run_baseline(
             )
         )
         CALLS.clear()
+        after = cpu_seconds(groups)
+        print(
+            "  baseline, CPU ms per item: "
+            + ", ".join(
+                f"{name} {1000 * (after[name] - before[name]) / len(bodies):.1f}" for name in groups
+            )
+        )
         return len(bodies) / elapsed
 
 
@@ -310,14 +376,30 @@ async def main(args: argparse.Namespace) -> None:
             logs.mkdir()
             stack = Stack(env, logs)
             token = await asyncio.to_thread(_token, env)
-            stack.start("api", "api", "--port", str(port))
+            api_process = stack.start("api", "api", "--port", str(port))
             api = f"http://127.0.0.1:{port}"
             await asyncio.to_thread(_wait_ready, api, logs)
-            stack.start("relay", "relay", JOBRELAY_RELAY_ORG_WINDOW=str(args.window))
+            relay = stack.start("relay", "relay", JOBRELAY_RELAY_ORG_WINDOW=str(args.window))
+            assert emulator.process is not None
+            postmaster = int((root / "pgdata" / "postmaster.pid").read_text().split()[0])
+            emulator_group = {"emulator": [emulator.process.pid]}
+            stack_groups = {
+                "api": [api_process.pid],
+                "relay": [relay.pid],
+                "postgres": [postmaster],
+                **emulator_group,
+            }
             with serve_demo_pages(args.items) as urls, sink() as hook:
                 for workers in args.workers:
                     slots = workers * args.concurrency
-                    base = await run_baseline(aws, bucket, urls, hook, slots=slots)
+                    base = await run_baseline(
+                        aws,
+                        bucket,
+                        urls,
+                        hook,
+                        slots=slots,
+                        groups={"bench (loop, pages, sink)": [os.getpid()], **emulator_group},
+                    )
                     rate = await run_jobrelay(
                         stack,
                         dsn=dsn,
@@ -326,6 +408,7 @@ async def main(args: argparse.Namespace) -> None:
                         project_id=int(project["id"]),
                         urls=urls,
                         workers=workers,
+                        groups={**stack_groups, "pages": [os.getpid()]},
                     )
                     print(
                         f"{workers} sqs-worker process(es), {slots} slots: jobrelay "

@@ -93,7 +93,9 @@ async def test_two_relays_deliver_2000_items_once_each(
             assert process.wait(timeout=30) == 0
     # Read back after the relays stopped: everything sent is in the queue, and no send can
     # race the drain's deletes (moto drops such a send; see `drain`).
-    messages = await drain(aws, queue, expect=2000, timeout_s=120)
+    # A deadline, not a speed: on a loaded machine (load 20 on 2 cores) the emulator needs
+    # more than 120 s for the 2,000 receives.
+    messages = await drain(aws, queue, expect=2000, timeout_s=400)
     with psycopg.connect(db_dsn) as conn:
         stored = dict(
             conn.execute(
@@ -145,10 +147,13 @@ async def test_a_relay_killed_before_recording_is_resent_with_the_same_body(
     lease = {"JOBRELAY_RELAY_LEASE_S": "2"}
     with relay_process(tmp_path, "doomed", db_dsn, emulator_url, queue, **lease) as doomed:
         wait_until(
+            # The record statement itself: claims also wait on an advisory lock (the claim
+            # lock of fair dispatch), briefly, before anything is sent.
             lambda: _scalar(
                 db_dsn,
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' "
+                "AND position('SET dispatched_at' in query) > 0",
             ),
             timeout_s=60,
             what="the relay to block in its record step",
