@@ -1,12 +1,16 @@
 -- Claim due items for one relay, fairly between organizations: lease them and count the
 -- attempt, in one statement (the caller holds the claim lock, so claims do not overlap).
 -- 1. `waiting`: the batches with undispatched items, one index probe per batch (a skip scan
---    of batch_item_waiting_idx), never a read of every waiting item.
+--    of batch_item_waiting_idx), never a read of every waiting item. `ORDER BY batch_id, id`
+--    is that index's order: no other index of batch_item can serve it, so the probe never
+--    walks the dispatched items of finished batches in batch_item_batch_idx.
 -- 2. `in_flight`: per organization, items claimed or sent whose child is not terminal
 --    (batch_item_in_flight_idx; a send older than `in_flight_expiry_s` no longer counts).
 -- 3. Each organization may hold `window` x its weight items in flight; this claim gives the
 --    organizations with room a share of `limit` in proportion to their weights (round robin:
---    every claim serves every organization with room), oldest batch first within one.
+--    every claim serves every organization with room), oldest batch first within one. The
+--    outer LIMIT keeps the total (shares are rounded up) and tells the planner the claim is
+--    small, so the UPDATE finds its rows by primary key.
 -- The last SELECT always returns one row: `held_back` counts organizations with waiting work
 -- and no room, so an idle relay knows to look again soon (items settle without a NOTIFY).
 WITH RECURSIVE waiting (batch_id) AS (
@@ -17,7 +21,7 @@ WITH RECURSIVE waiting (batch_id) AS (
           AND cancelled_at IS NULL
           AND error_message IS NULL
           AND deleted_at IS NULL
-        ORDER BY batch_id
+        ORDER BY batch_id, id
         LIMIT 1
     )
     UNION ALL
@@ -29,7 +33,7 @@ WITH RECURSIVE waiting (batch_id) AS (
           AND bi.error_message IS NULL
           AND bi.deleted_at IS NULL
           AND bi.batch_id > w.batch_id
-        ORDER BY bi.batch_id
+        ORDER BY bi.batch_id, bi.id
         LIMIT 1
     )
     FROM waiting AS w
@@ -86,6 +90,7 @@ WITH RECURSIVE waiting (batch_id) AS (
         LIMIT s.take
         FOR UPDATE SKIP LOCKED
     ) AS picked
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE batch_item AS bi
     SET lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
