@@ -11,7 +11,7 @@ an endpoint that answers 204, DeleteMessage. The ratio jobrelay / baseline says 
 relay, the API, PostgreSQL and the worker's bookkeeping cost on top of the calls themselves.
 
     .venv/bin/python -m bench.e2e_batches                       # 2,000 items, 1/2/4 workers
-    .venv/bin/python -m bench.e2e_batches --items 10000 --workers 4
+    .venv/bin/python -m bench.e2e_batches --items 10000 --workers 4 --no-baseline
     .venv/bin/python -m bench.e2e_batches --poll-wait 10 --concurrency 8   # old defaults
 """
 
@@ -392,14 +392,16 @@ async def main(args: argparse.Namespace) -> None:
             with serve_demo_pages(args.items) as urls, sink() as hook:
                 for workers in args.workers:
                     slots = workers * args.concurrency
-                    base = await run_baseline(
-                        aws,
-                        bucket,
-                        urls,
-                        hook,
-                        slots=slots,
-                        groups={"bench (loop, pages, sink)": [os.getpid()], **emulator_group},
-                    )
+                    base = float("nan")
+                    if args.baseline:
+                        base = await run_baseline(
+                            aws,
+                            bucket,
+                            urls,
+                            hook,
+                            slots=slots,
+                            groups={"bench (loop, pages, sink)": [os.getpid()], **emulator_group},
+                        )
                     rate = await run_jobrelay(
                         stack,
                         dsn=dsn,
@@ -412,7 +414,8 @@ async def main(args: argparse.Namespace) -> None:
                     )
                     print(
                         f"{workers} sqs-worker process(es), {slots} slots: jobrelay "
-                        f"{rate:.0f} items/s, baseline {base:.0f} items/s, "
+                        f"{rate:.0f} items/s ({args.items / rate / 60:.1f} min), "
+                        f"baseline {base:.0f} items/s, "
                         f"ratio {rate / base:.2f}, load average {os.getloadavg()[0]:.2f}",
                         flush=True,
                     )
@@ -431,6 +434,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--poll-wait", type=int, default=10)
+    parser.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="jobrelay only (a long batch: the baseline would double the run)",
+    )
     parser.add_argument(
         "--window",
         type=int,
