@@ -97,6 +97,10 @@ async def drain(
                 MaxNumberOfMessages=10,
                 MessageAttributeNames=["All"],
                 WaitTimeSeconds=0 if enough else 1,
+                # Hidden for the whole drain: on a loaded machine the receives can outlast the
+                # queue's visibility timeout, and a message received again gets a new receipt
+                # handle (the one kept here would then be refused at the delete).
+                VisibilityTimeout=int(timeout_s) + 60,
             )
             batch = response.get("Messages", [])
             if not batch:

@@ -30,6 +30,7 @@ from pydantic_settings import (
 )
 
 from jobrelay.domain.errors import JobrelayError
+from jobrelay.domain.fair_dispatch import parse_organization_weights
 from jobrelay.domain.jobs_config import parse_class_counts, parse_class_rates, parse_failpoints
 
 Environment = Literal["development", "production"]
@@ -297,6 +298,32 @@ class Settings(BaseSettings):
     relay_metrics_port: int = Field(
         default=0, ge=0, le=65535, description="Port of the relay's /metrics; 0 serves none."
     )
+    relay_org_window: int = Field(
+        default=200,
+        ge=1,
+        description="Items one organization may have in flight (claimed or sent to SQS, child "
+        "not yet terminal); the rest waits in the outbox, so another organization's batch is "
+        "not queued behind it in SQS. Size it a few times what the consumers hold at once "
+        "(SQS-worker processes x JOBRELAY_SQS_WORKER_CONCURRENCY): smaller starves the "
+        "consumers of one organization, larger lets a newcomer wait behind more items.",
+    )
+    relay_org_weights: str = Field(
+        default="",
+        description="Weights of organizations, e.g. 42=2,7=0.5: an organization's window and "
+        "share of each claim are multiplied by its weight (a positive number; unlisted: 1).",
+    )
+    relay_in_flight_expiry_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A sent item whose child got no outcome for this long stops counting "
+        "against its organization's window (a lost message does not hold a slot forever).",
+    )
+    relay_window_poll_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="How soon an idle relay looks again while organizations with waiting "
+        "items are at their window (finished items wake no relay).",
+    )
 
     app: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -439,6 +466,12 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_rates(cls, value: str) -> str:
         parse_class_rates(value, what="JOBRELAY_JOBS_RATES")
+        return value
+
+    @field_validator("relay_org_weights")
+    @classmethod
+    def _valid_weights(cls, value: str) -> str:
+        parse_organization_weights(value, what="JOBRELAY_RELAY_ORG_WEIGHTS")
         return value
 
     @field_validator("jobs_failpoints")

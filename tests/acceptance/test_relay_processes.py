@@ -69,7 +69,12 @@ async def test_two_relays_deliver_2000_items_once_each(
     queue = aws_resources.queues.work
     scope = await api.tenant("alice")
     # Few calls in flight, so the drain keeps the emulator's queue short.
-    gentle = {"JOBRELAY_RELAY_WORKERS": "2", "JOBRELAY_RELAY_MAX_IN_FLIGHT": "2"}
+    # Nothing consumes here: a window of all the items (fair dispatch would hold 200 back).
+    gentle = {
+        "JOBRELAY_RELAY_WORKERS": "2",
+        "JOBRELAY_RELAY_MAX_IN_FLIGHT": "2",
+        "JOBRELAY_RELAY_ORG_WINDOW": "2000",
+    }
     with (
         relay_process(tmp_path, "relay-a", db_dsn, emulator_url, queue, **gentle) as a,
         relay_process(tmp_path, "relay-b", db_dsn, emulator_url, queue, **gentle) as b,
@@ -140,10 +145,13 @@ async def test_a_relay_killed_before_recording_is_resent_with_the_same_body(
     lease = {"JOBRELAY_RELAY_LEASE_S": "2"}
     with relay_process(tmp_path, "doomed", db_dsn, emulator_url, queue, **lease) as doomed:
         wait_until(
+            # The record statement itself: claims also wait on an advisory lock (the claim
+            # lock of fair dispatch), briefly, before anything is sent.
             lambda: _scalar(
                 db_dsn,
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' "
+                "AND position('SET dispatched_at' in query) > 0",
             ),
             timeout_s=60,
             what="the relay to block in its record step",

@@ -210,7 +210,7 @@ async def test_the_sweep_fails_an_expired_last_claim_and_stale_records_are_ignor
     assert a["status"] == "2"
     assert b["error_message"] is None and b["status"] == "0"
     # A relay still holding attempt 2 of b after another claimed attempt 3 records nothing.
-    claimed = await relay._claim()
+    claimed, _ = await relay._claim()
     assert [(m.item_id, m.attempt) for m in claimed] == [(b["id"], 3)]
     stale = OutgoingMessage(item_id=b["id"], child_id=b["job_id"], attempt=2, body="{}")
     await relay._record([stale], [], [])

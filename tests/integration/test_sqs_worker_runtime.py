@@ -255,3 +255,27 @@ def test_stopping_abandons_unfinished_messages_so_they_are_visible_at_once(
     assert aws_check.counts() == (1, 0)
     hold.set()
     assert receiver.deliveries_for("pi-stuck") == []
+
+
+def test_a_first_send_skips_the_lookup_and_an_earlier_result_still_wins(
+    aws: AwsEndpoint, aws_resources: AwsTestResources, receiver: Receiver, aws_check: Aws
+) -> None:
+    # The relay's first send (dispatch_attempt 1, first receive) does not look for a stored
+    # result; were one there anyway, the conditional put keeps it and it is what is reported.
+    receiver.pages["first.html"] = Page(PAGE)
+    key = "page_import/pi-first/attempt-1/manifest.json"
+    earlier = b'{"earlier": true}'
+    aws_check.s3.put_object(Bucket=aws_resources.bucket, Key=key, Body=earlier)
+    body = page_import_message("pi-first", url=receiver.page_url("first.html"))
+    aws_check.sqs.send_message(
+        QueueUrl=aws_resources.queues.work,
+        MessageBody=json.dumps(body),
+        MessageAttributes={"dispatch_attempt": {"DataType": "Number", "StringValue": "1"}},
+    )
+    with running_worker(worker_config(aws_resources, receiver), aws):
+        wait_until(lambda: receiver.accepted("pi-first"), what="the outcome")
+        wait_until(aws_check.queue_empty, what="the message to be deleted")
+    delivery = receiver.accepted("pi-first")
+    assert delivery is not None
+    assert delivery.payload["manifestHash"] == sha256_hex(earlier)
+    assert aws_check.object(key) == earlier

@@ -24,6 +24,9 @@ BATCH_ITEM = [
     ("created_by", "character varying", 50, False, None),
     ("updated_by", "character varying", 50, False, None),
     ("deleted_by", "character varying", 50, True, None),
+    # Not in the seed (migration 0011): set when the child is terminal, so the relay counts
+    # an organization's items in flight from batch_item alone (fair dispatch, issue 17).
+    ("settled_at", "timestamp with time zone", None, True, None),
 ]
 
 CODE2WF = [
@@ -56,6 +59,17 @@ INDEXES = {
         # Not in the seed (migration 0003): the relay's claim reads only undispatched items.
         "batch_item_due_idx": (
             "(id) WHERE ((dispatched_at IS NULL) AND (cancelled_at IS NULL) AND "
+            "(error_message IS NULL) AND (deleted_at IS NULL))"
+        ),
+        # Not in the seed (migration 0011): fair dispatch's in-flight count and its skip scan
+        # over the batches with waiting items.
+        "batch_item_in_flight_idx": (
+            "(batch_id) INCLUDE (dispatched_at, lease_until) WHERE ((lease_until IS NOT NULL) "
+            "AND (settled_at IS NULL) AND (cancelled_at IS NULL) AND (error_message IS NULL) "
+            "AND (deleted_at IS NULL))"
+        ),
+        "batch_item_waiting_idx": (
+            "(batch_id, id) WHERE ((dispatched_at IS NULL) AND (cancelled_at IS NULL) AND "
             "(error_message IS NULL) AND (deleted_at IS NULL))"
         ),
         # Not in the seed (migration 0003): the derived-status aggregate's index-only scan.

@@ -18,6 +18,15 @@ Contract (DESIGN.md section 4, seed 000):
   record leaves the item to be sent again when its lease expires. Workers and the webhook
   are idempotent on the child id.
 
+Fair dispatch (issue 17): each organization may hold `window` items in flight (times its
+weight): claimed or sent, child not yet terminal (`batch_item.settled_at`, set by a trigger
+when the child completes or fails). A claim serves every organization with room, in
+proportion to its weight, oldest batch first within one; the rest waits in the outbox, not in
+SQS, so a small batch submitted behind a large one of another organization goes out on the
+next claim. Claims take turns on an advisory lock (one short transaction each) so the window
+is exact across relays and workers. When organizations with waiting work are at their window,
+an idle worker looks again after `window_poll_s` (settling items sends no NOTIFY).
+
 The loop is woken by `NOTIFY jobrelay_batch_items` (sent by batch creation; received by the
 `db.listen.NotifyListener` the jobs worker uses too, which also wakes the relay after each
 reconnect) and polls every `poll_interval_s` otherwise (lease expiries, retries, missed
@@ -149,6 +158,10 @@ class RelayConfig:
     retry_delay_s: float = 2.0
     message_limit_bytes: int = 256 * 1024
     send_timeout_s: float = 30.0
+    window: int = 200
+    weights: tuple[tuple[int, float], ...] = ()
+    in_flight_expiry_s: float = 900.0
+    window_poll_s: float = 0.05
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0:
@@ -163,6 +176,15 @@ class RelayConfig:
             raise ValueError(f"poll_interval_s must be positive, got {self.poll_interval_s}")
         if self.retry_delay_s < 0:
             raise ValueError(f"retry_delay_s must not be negative, got {self.retry_delay_s}")
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        for organization_id, weight in self.weights:
+            if not weight > 0:
+                raise ValueError(f"weight of organization {organization_id} must be positive")
+        if self.in_flight_expiry_s <= 0:
+            raise ValueError(f"in_flight_expiry_s must be positive, got {self.in_flight_expiry_s}")
+        if self.window_poll_s <= 0:
+            raise ValueError(f"window_poll_s must be positive, got {self.window_poll_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +195,8 @@ class PassResult:
     sent: int = 0
     retried: int = 0
     failed: int = 0
+    held_back: int = 0
+    """Organizations with waiting items that were at their window when this pass claimed."""
 
 
 def chunk_messages(
@@ -240,9 +264,9 @@ class Relay:
 
     async def run_once(self) -> PassResult:
         """Claim up to `claim_size` due items, send them, record the outcome of every one."""
-        messages = await self._claim()
+        messages, held_back = await self._claim()
         if not messages:
-            return PassResult()
+            return PassResult(held_back=held_back)
         claimed_at = time.monotonic()
         chunks = chunk_messages(messages, byte_limit=self._config.message_limit_bytes)
         outcomes = await asyncio.gather(*(self._send(chunk, claimed_at) for chunk in chunks))
@@ -269,7 +293,11 @@ class Relay:
                 first_error=failures[0][1],
             )
         return PassResult(
-            claimed=len(messages), sent=len(sent), retried=len(retry), failed=failed_now
+            claimed=len(messages),
+            sent=len(sent),
+            retried=len(retry),
+            failed=failed_now,
+            held_back=held_back,
         )
 
     async def sweep(self) -> int:
@@ -292,21 +320,29 @@ class Relay:
             log.warning("relay.swept_expired", failed=failed)
         return failed
 
-    async def _claim(self) -> list[OutgoingMessage]:
-        async with self._pool.connection() as conn:
+    async def _claim(self) -> tuple[list[OutgoingMessage], int]:
+        config = self._config
+        async with transaction(self._pool) as conn:
+            await conn.execute(_SQL.claim_lock)
             rows = await (
                 await conn.execute(
                     _SQL.claim_items,
                     {
                         "max_attempts": MAX_DISPATCH_ATTEMPTS,
-                        "limit": self._config.claim_size,
-                        "lease_s": self._config.lease_s,
+                        "limit": config.claim_size,
+                        "lease_s": config.lease_s,
                         "actor": self._actor,
+                        "window": config.window,
+                        "weight_orgs": [org for org, _ in config.weights],
+                        "weights": [weight for _, weight in config.weights],
+                        "in_flight_expiry_s": config.in_flight_expiry_s,
                     },
                 )
             ).fetchall()
-        self.metrics.claimed.inc(len(rows))
-        return sorted(
+        held_back = int(str(rows[0]["held_back"])) if rows else 0
+        claimed = [r for r in rows if r["id"] is not None]
+        self.metrics.claimed.inc(len(claimed))
+        messages = sorted(
             (
                 OutgoingMessage(
                     item_id=str(r["id"]),
@@ -314,10 +350,11 @@ class Relay:
                     attempt=int(str(r["dispatch_attempts"])),
                     body=str(r["body"]),
                 )
-                for r in rows
+                for r in claimed
             ),
             key=lambda m: m.item_id,
         )
+        return messages, held_back
 
     async def _send(self, chunk: list[OutgoingMessage], claimed_at: float) -> dict[str, str]:
         async with self._in_flight:
@@ -413,15 +450,18 @@ class Relay:
             else:
                 self._passes.ok()
             if result.claimed < self._config.claim_size and generation == self._generation:
-                await self._idle(stop)
+                # Organizations at their window: their items settle without a NOTIFY.
+                await self._idle(stop, self._config.window_poll_s if result.held_back else None)
 
-    async def _idle(self, stop: asyncio.Event) -> None:
+    async def _idle(self, stop: asyncio.Event, timeout_s: float | None = None) -> None:
         waiters = {
             asyncio.ensure_future(self._wakeup.wait()),
             asyncio.ensure_future(stop.wait()),
         }
         _, pending = await asyncio.wait(
-            waiters, timeout=self._config.poll_interval_s, return_when=asyncio.FIRST_COMPLETED
+            waiters,
+            timeout=min(timeout_s or self._config.poll_interval_s, self._config.poll_interval_s),
+            return_when=asyncio.FIRST_COMPLETED,
         )
         for task in pending:
             task.cancel()

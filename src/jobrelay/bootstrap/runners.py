@@ -16,6 +16,7 @@ from jobrelay.bootstrap.database import listen_conninfo, through_transaction_poo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
 from jobrelay.db.pool import open_pool
+from jobrelay.domain.fair_dispatch import parse_organization_weights
 from jobrelay.loops import Backoff, RetryStopped, retry
 from jobrelay.settings import Settings
 from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
@@ -35,6 +36,12 @@ def relay_config(settings: Settings) -> RelayConfig:
         poll_interval_s=settings.relay_poll_interval_s,
         retry_delay_s=settings.relay_retry_delay_s,
         message_limit_bytes=settings.sqs_message_limit_bytes,
+        window=settings.relay_org_window,
+        weights=parse_organization_weights(
+            settings.relay_org_weights, what="JOBRELAY_RELAY_ORG_WEIGHTS"
+        ),
+        in_flight_expiry_s=settings.relay_in_flight_expiry_s,
+        window_poll_s=settings.relay_window_poll_s,
     )
 
 

@@ -161,6 +161,7 @@ class SqsWorker:
                 WaitTimeSeconds=self.config.poll_wait_s,
                 VisibilityTimeout=self.config.visibility_timeout_s,
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
+                MessageAttributeNames=["dispatch_attempt"],
             )
         )
         stopped = asyncio.ensure_future(stop.wait())
@@ -199,12 +200,18 @@ class SqsWorker:
     async def _handle(self, message: MessageTypeDef) -> None:
         receipt = message["ReceiptHandle"]
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+        attributes = message.get("MessageAttributes", {})
+        dispatch = attributes.get("dispatch_attempt")
+        # The first receive of the relay's first send: no earlier delivery can have stored a
+        # result, so the worker does not look for one (one S3 call less per item); the
+        # conditional put still makes the first stored result win.
+        first = receives == 1 and dispatch is not None and dispatch.get("StringValue") == "1"
         with structlog.contextvars.bound_contextvars(
             sqs_message_id=message.get("MessageId"), receive_count=receives
         ):
             heartbeat = asyncio.create_task(self._extend_visibility(receipt))
             try:
-                disposition = await self._work(message.get("Body", ""), receives)
+                disposition = await self._work(message.get("Body", ""), receives, first=first)
             except asyncio.CancelledError:
                 heartbeat.cancel()
                 await asyncio.shield(self._change_visibility(receipt, 0))
@@ -214,7 +221,7 @@ class SqsWorker:
                 heartbeat.cancel()
             await self._dispose(receipt, disposition)
 
-    async def _work(self, body: str, receives: int) -> Disposition:
+    async def _work(self, body: str, receives: int, *, first: bool = False) -> Disposition:
         try:
             message = parse_message(body)
         except ValidationError as exc:
@@ -226,18 +233,20 @@ class SqsWorker:
             batch_id=getattr(message, "batch_id", None),
         ):
             log.info("message received")
-            outcome = await self._outcome(message, receives)
+            outcome = await self._outcome(message, receives, first=first)
             if outcome is None:
                 delay = min(self.config.visibility_timeout_s, 2**receives)
                 return Disposition("release", delay, "transient failure")
             return await self._report(outcome)
 
-    async def _outcome(self, message: AnyMessage, receives: int) -> WorkerOutcome | None:
+    async def _outcome(
+        self, message: AnyMessage, receives: int, *, first: bool = False
+    ) -> WorkerOutcome | None:
         handler = self._handlers[message.kind]
         key = handler.result_key(message)
         try:
             async with asyncio.timeout(self.config.handler_timeout_s):
-                stored = await self._store.get(key)
+                stored = None if first else await self._store.get(key)
                 if stored is None:
                     produced = await handler.produce(message, self._context)
                     stored = await self._store.put_once(key, produced, "application/json")
