@@ -92,12 +92,39 @@ def _deadlock(exc: BaseException) -> bool:
     return isinstance(exc, pg_errors.DeadlockDetected)
 
 
+async def fail_children(conn: Connection, failed_items: Sequence[Any], *, actor: str) -> None:
+    """Fail the processing children of items that just failed for good (the rows
+    `fail_items.sql` or `sweep_expired.sql` returned: `job_id`, `error_message`), in the
+    caller's transaction, as a statement of its own (see `fail_children.sql`)."""
+    if not failed_items:
+        return
+    await conn.execute(
+        _SQL.fail_children,
+        {
+            "job_ids": [str(r["job_id"]) for r in failed_items],
+            "errors": [str(r["error_message"]) for r in failed_items],
+            "actor": actor,
+        },
+    )
+
+
 _CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
 
 
 async def batch_counts(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
-    """The derived counts of one batch, from the SQL aggregate; call inside a transaction
-    (the merge-join planner settings are local to it)."""
+    """The counts of one batch as kept in the transactions that change its items and
+    children (migration 0009: the sum of its few delta rows). `batch_type` is unused here;
+    it names the child table of `recount_batch`, the checker."""
+    del batch_type
+    row = await (await conn.execute(_SQL.batch_counts_kept, {"batch_id": batch_id})).fetchone()
+    assert row is not None
+    return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
+
+
+async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
+    """The checker: the counts of one batch recounted from every item and child (cost grows
+    with the batch); call inside a transaction (the merge-join planner settings are local to
+    it). The kept counts must always equal this."""
     query = sql.SQL(_SQL.batch_counts).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
     await conn.execute(_SQL.merge_join_only)
     row = await (await conn.execute(query, {"batch_id": batch_id})).fetchone()
@@ -247,6 +274,7 @@ class BatchService:
                     raise Conflict(f"the batch already ended with status {current.status.value}")
                 params = {"batch_id": batch_id, "actor": actor}
                 await conn.execute(_SQL.cancel_batch, params)
+                await conn.execute(_SQL.cancel_children, params)
                 await conn.execute(_SQL.cancel_items, params)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
@@ -264,6 +292,7 @@ class BatchService:
                 if row is None:
                     raise NotFound("batch not found")
                 params = {"batch_id": batch_id, "actor": actor}
+                await conn.execute(_SQL.cancel_children, params)
                 await conn.execute(_SQL.cancel_items, params)
                 await conn.execute(_SQL.delete_batch, params)
 

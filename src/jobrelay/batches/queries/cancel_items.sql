@@ -1,22 +1,12 @@
--- Every non-terminal child of the batch becomes '3' and its item cancelled, in one statement.
-WITH pi AS (
-    UPDATE page_import
-    SET status = '3',
-        updated_by = %(actor)s
-    WHERE batch_id = %(batch_id)s
-      AND status = '0'
-    RETURNING id
-), cd AS (
-    UPDATE code2des
-    SET status = '3',
-        updated_by = %(actor)s
-    WHERE batch_id = %(batch_id)s
-      AND status = '0'
-    RETURNING id
-)
+-- Cancel, second statement: the items of the batch's cancelled children (only cancel ends a
+-- child with '3') are marked cancelled, so the relay never sends them.
 UPDATE batch_item AS bi
 SET cancelled_at = clock_timestamp(),
     updated_by = %(actor)s
 WHERE bi.batch_id = %(batch_id)s
   AND bi.cancelled_at IS NULL
-  AND bi.job_id IN (SELECT id FROM pi UNION ALL SELECT id FROM cd)
+  AND bi.job_id IN (
+      SELECT p.id FROM page_import AS p WHERE p.batch_id = %(batch_id)s AND p.status = '3'
+      UNION ALL
+      SELECT c.id FROM code2des AS c WHERE c.batch_id = %(batch_id)s AND c.status = '3'
+  )
