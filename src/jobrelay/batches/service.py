@@ -108,6 +108,7 @@ async def fail_children(conn: Connection, failed_items: Sequence[Any], *, actor:
     )
 
 
+_COUNT_FIELDS = ("total", "queued", "running", "completed", "failed", "cancelled")
 _CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
 
 
@@ -196,13 +197,14 @@ class BatchService:
         return int(str(row["organization_id"]))
 
     async def get(self, batch_id: str) -> BatchView:
-        # One snapshot for the row and its counts.
-        async with transaction(self._pool) as conn:
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
-            if row is None:
-                raise NotFound("batch not found")
-            counts = await batch_counts(conn, batch_id, str(row["type"]))
+        # One statement: the row and its kept counts in one snapshot and one round trip.
+        async with self._pool.connection() as conn:
+            row = await (
+                await conn.execute(_SQL.get_batch_with_counts, {"batch_id": batch_id})
+            ).fetchone()
+        if row is None:
+            raise NotFound("batch not found")
+        counts = BatchCounts(**{k: int(str(row[k])) for k in _COUNT_FIELDS})
         return _view(row, counts)
 
     async def list_for_project(
