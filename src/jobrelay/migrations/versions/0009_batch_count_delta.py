@@ -152,14 +152,18 @@ $$;
 CREATE FUNCTION jobrelay_batch_count_child_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jobrelay_batch_count_moves(array_agg(bi.batch_id), array_agg(NULL::text),
+    -- EXECUTE: planned for this statement's transition tables (a cached plan made for
+    -- a one-row webhook would join a 100,000-row cancel by nested loops).
+    EXECUTE $q$
+    SELECT jobrelay_batch_count_moves(array_agg(bi.batch_id), array_agg(NULL::text),
         array_agg(jobrelay_batch_item_state(n.status, bi.dispatched_at IS NOT NULL,
                                             bi.error_message IS NOT NULL,
                                             bi.cancelled_at IS NOT NULL)))
     FROM new_rows AS n
     JOIN batch_item AS bi ON bi.batch_id = n.batch_id AND bi.job_id = n.id
     WHERE n.batch_id IS NOT NULL
-    HAVING count(*) > 0;
+    HAVING count(*) > 0
+    $q$;
     RETURN NULL;
 END
 $$;
@@ -168,7 +172,10 @@ $$;
 CREATE FUNCTION jobrelay_batch_count_item_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jobrelay_batch_count_moves(array_agg(n.batch_id), array_agg(NULL::text),
+    -- EXECUTE: planned for this statement's transition tables (a cached plan made for
+    -- a one-row webhook would join a 100,000-row cancel by nested loops).
+    EXECUTE $q$
+    SELECT jobrelay_batch_count_moves(array_agg(n.batch_id), array_agg(NULL::text),
         array_agg(jobrelay_batch_item_state(c.status, n.dispatched_at IS NOT NULL,
                                             n.error_message IS NOT NULL,
                                             n.cancelled_at IS NOT NULL)))
@@ -180,7 +187,8 @@ BEGIN
         SELECT c2.batch_id, c2.id, c2.status FROM code2des AS c2
         WHERE c2.batch_id IN (SELECT batch_id FROM new_rows)
     ) AS c ON c.batch_id = n.batch_id AND c.id = n.job_id
-    HAVING count(*) > 0;
+    HAVING count(*) > 0
+    $q$;
     RETURN NULL;
 END
 $$;
@@ -190,7 +198,10 @@ $$;
 CREATE FUNCTION jobrelay_batch_count_item_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jobrelay_batch_count_moves(array_agg(n.batch_id),
+    -- EXECUTE: planned for this statement's transition tables (a cached plan made for
+    -- a one-row webhook would join a 100,000-row cancel by nested loops).
+    EXECUTE $q$
+    SELECT jobrelay_batch_count_moves(array_agg(n.batch_id),
         array_agg(jobrelay_batch_item_state(c.status, o.dispatched_at IS NOT NULL,
                                             o.error_message IS NOT NULL,
                                             o.cancelled_at IS NOT NULL)),
@@ -207,7 +218,8 @@ BEGIN
     WHERE (o.dispatched_at IS NULL) <> (n.dispatched_at IS NULL)
        OR (o.error_message IS NULL) <> (n.error_message IS NULL)
        OR (o.cancelled_at IS NULL) <> (n.cancelled_at IS NULL)
-    HAVING count(*) > 0;
+    HAVING count(*) > 0
+    $q$;
     RETURN NULL;
 END
 $$;
@@ -219,7 +231,10 @@ $$;
 CREATE FUNCTION jobrelay_batch_count_child_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM jobrelay_batch_count_moves(array_agg(ch.batch_id),
+    -- EXECUTE: planned for this statement's transition tables (a cached plan made for
+    -- a one-row webhook would join a 100,000-row cancel by nested loops).
+    EXECUTE $q$
+    SELECT jobrelay_batch_count_moves(array_agg(ch.batch_id),
         array_agg(jobrelay_batch_item_state(ch.old_status, ch.dispatched, ch.dispatch_failed,
                                             ch.cancelled)),
         array_agg(jobrelay_batch_item_state(ch.new_status, ch.dispatched, ch.dispatch_failed,
@@ -236,7 +251,8 @@ BEGIN
           AND n.batch_id IS NOT NULL
         FOR SHARE OF bi
     ) AS ch
-    HAVING count(*) > 0;
+    HAVING count(*) > 0
+    $q$;
     RETURN NULL;
 END
 $$;
