@@ -133,6 +133,11 @@ async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> Bat
     return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
 
 
+def _cancel_items(batch_type: str) -> sql.Composed:
+    """`cancel_items.sql` bound to the batch's child table."""
+    return sql.SQL(_SQL.cancel_items).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
+
+
 def _view(row: dict[str, Any], counts: BatchCounts) -> BatchView:
     cancelled = row["cancelled_at"] is not None
     return BatchView(
@@ -277,7 +282,7 @@ class BatchService:
                 params = {"batch_id": batch_id, "actor": actor}
                 await conn.execute(_SQL.cancel_batch, params)
                 await conn.execute(_SQL.cancel_children, params)
-                await conn.execute(_SQL.cancel_items, params)
+                await conn.execute(_cancel_items(str(row["type"])), params)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
                 return _view(row, await batch_counts(conn, batch_id, str(row["type"])))
@@ -295,7 +300,7 @@ class BatchService:
                     raise NotFound("batch not found")
                 params = {"batch_id": batch_id, "actor": actor}
                 await conn.execute(_SQL.cancel_children, params)
-                await conn.execute(_SQL.cancel_items, params)
+                await conn.execute(_cancel_items(str(row["type"])), params)
                 await conn.execute(_SQL.delete_batch, params)
 
         await retry_on_deadlock(work)

@@ -1,12 +1,12 @@
 -- Cancel, second statement: the items of the batch's cancelled children (only cancel ends a
--- child with '3') are marked cancelled, so the relay never sends them.
+-- child with '3') are marked cancelled, so the relay never sends them. {child} is the batch's
+-- child table, bound as an identifier. The child's status is read per item through its
+-- primary key (a scalar subquery is never turned into a join): linear in the batch whatever
+-- the planner estimates for a batch it has no statistics for yet (as a join, a fresh batch
+-- estimated at one row rescanned its children for every item: quadratic).
 UPDATE batch_item AS bi
 SET cancelled_at = clock_timestamp(),
     updated_by = %(actor)s
 WHERE bi.batch_id = %(batch_id)s
   AND bi.cancelled_at IS NULL
-  AND bi.job_id IN (
-      SELECT p.id FROM page_import AS p WHERE p.batch_id = %(batch_id)s AND p.status = '3'
-      UNION ALL
-      SELECT c.id FROM code2des AS c WHERE c.batch_id = %(batch_id)s AND c.status = '3'
-  )
+  AND (SELECT c.status FROM {child} AS c WHERE c.id = bi.job_id) = '3'
