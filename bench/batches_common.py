@@ -28,6 +28,7 @@ class Env:
     organization_id: int
     project_id: int
     emulator_url: str
+    dsn: str = ""
 
 
 @asynccontextmanager
@@ -44,7 +45,7 @@ async def environment() -> AsyncIterator[Env]:
             org = await tenancy.create_organization("bench", actor="bench")
             project = await tenancy.create_project(int(org["id"]), "bench", actor="bench")
             try:
-                yield Env(pool, int(org["id"]), int(project["id"]), url)
+                yield Env(pool, int(org["id"]), int(project["id"]), url, dsn)
             finally:
                 await pool.close()
         finally:

@@ -50,12 +50,14 @@ class BatchLimits:
 
 @dataclass(frozen=True, slots=True)
 class PreparedItem:
-    """One validated item with the ids and the worker message it will be stored with."""
+    """One validated item with the ids and the worker message it will be stored with, both
+    already rendered as the JSON text COPY sends (each rendered once: the message's text is
+    also what its size is measured on)."""
 
     item_id: str
     child_id: str
-    request: dict[str, Any]
-    message: dict[str, Any]
+    request_json: str
+    message_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +69,16 @@ class PreparedBatch:
     items: list[PreparedItem]
 
 
+def message_text(message: dict[str, Any]) -> str:
+    """The body the relay sends as PostgreSQL's `jsonb::text` renders it: ', ' and ': '
+    separators, non-ASCII characters unescaped (keys keep the model's order, which jsonb
+    reorders; the length is the same)."""
+    return json.dumps(message, ensure_ascii=False, separators=(", ", ": "))
+
+
 def message_size(message: dict[str, Any]) -> int:
-    """UTF-8 bytes of the body the relay sends: PostgreSQL's `jsonb::text` rendering, which
-    separates with ', ' and ': ' and keeps non-ASCII characters unescaped, like this dump."""
-    return len(json.dumps(message, ensure_ascii=False, separators=(", ", ": ")).encode("utf-8"))
+    """UTF-8 bytes of the body the relay sends (see `message_text`)."""
+    return len(message_text(message).encode("utf-8"))
 
 
 def _field_errors(position: int, exc: ValidationError) -> list[FieldError]:
@@ -135,8 +143,8 @@ def prepare_batch(
                 project_id=project_id,
                 request=request,
             )
-        body = message.model_dump(mode="json")
-        size = message_size(body)
+        body = message_text(message.model_dump(mode="json"))
+        size = len(body.encode("utf-8"))
         allowed = limits.message_limit_bytes - ATTRIBUTE_BYTES
         if size > allowed:
             errors.append(
@@ -151,8 +159,8 @@ def prepare_batch(
             PreparedItem(
                 item_id=new_id(),
                 child_id=child_id,
-                request=request.model_dump(mode="json", exclude_none=True),
-                message=body,
+                request_json=request.model_dump_json(exclude_none=True),
+                message_json=body,
             )
         )
     if errors:
@@ -201,7 +209,7 @@ async def insert_batch(conn: Connection, batch: PreparedBatch, *, actor: str) ->
                         batch.organization_id,
                         batch.project_id,
                         batch.batch_id,
-                        json.dumps(item.request),
+                        item.request_json,
                         actor,
                         actor,
                     )
@@ -213,9 +221,9 @@ async def insert_batch(conn: Connection, batch: PreparedBatch, *, actor: str) ->
                         item.item_id,
                         batch.batch_id,
                         position,
-                        json.dumps(item.request),
+                        item.request_json,
                         item.child_id,
-                        json.dumps(item.message),
+                        item.message_json,
                         actor,
                         actor,
                     )

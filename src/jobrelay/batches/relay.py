@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.service import retry_on_deadlock
+from jobrelay.batches.service import fail_children, retry_on_deadlock
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
@@ -302,8 +302,8 @@ class Relay:
 
     async def sweep(self) -> int:
         """Fail items whose last allowed claim expired without a recorded send."""
-        async with self._pool.connection() as conn:
-            row = await (
+        async with transaction(self._pool) as conn:
+            rows = await (
                 await conn.execute(
                     _SQL.sweep_expired,
                     {
@@ -313,8 +313,9 @@ class Relay:
                         "actor": self._actor,
                     },
                 )
-            ).fetchone()
-        failed = int(str(row["failed"])) if row else 0
+            ).fetchall()
+            await fail_children(conn, rows, actor=self._actor)
+        failed = len(rows)
         if failed:
             self.metrics.terminal_failures.labels(reason="lease_expired").inc(failed)
             log.warning("relay.swept_expired", failed=failed)
@@ -402,7 +403,7 @@ class Relay:
                     },
                 )
             if final:
-                row = await (
+                rows = await (
                     await conn.execute(
                         _SQL.fail_items,
                         {
@@ -415,8 +416,9 @@ class Relay:
                             "actor": actor,
                         },
                     )
-                ).fetchone()
-                failed_now = int(str(row["failed"])) if row else 0
+                ).fetchall()
+                await fail_children(conn, rows, actor=actor)
+                failed_now = len(rows)
         return failed_now
 
     # -- the loop -------------------------------------------------------------------------

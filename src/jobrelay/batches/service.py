@@ -92,17 +92,50 @@ def _deadlock(exc: BaseException) -> bool:
     return isinstance(exc, pg_errors.DeadlockDetected)
 
 
+async def fail_children(conn: Connection, failed_items: Sequence[Any], *, actor: str) -> None:
+    """Fail the processing children of items that just failed for good (the rows
+    `fail_items.sql` or `sweep_expired.sql` returned: `job_id`, `error_message`), in the
+    caller's transaction, as a statement of its own (see `fail_children.sql`)."""
+    if not failed_items:
+        return
+    await conn.execute(
+        _SQL.fail_children,
+        {
+            "job_ids": [str(r["job_id"]) for r in failed_items],
+            "errors": [str(r["error_message"]) for r in failed_items],
+            "actor": actor,
+        },
+    )
+
+
+_COUNT_FIELDS = ("total", "queued", "running", "completed", "failed", "cancelled")
 _CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
 
 
 async def batch_counts(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
-    """The derived counts of one batch, from the SQL aggregate; call inside a transaction
-    (the merge-join planner settings are local to it)."""
+    """The counts of one batch as kept in the transactions that change its items and
+    children (migration 0012: the sum of its few delta rows). `batch_type` is unused here;
+    it names the child table of `recount_batch`, the checker."""
+    del batch_type
+    row = await (await conn.execute(_SQL.batch_counts_kept, {"batch_id": batch_id})).fetchone()
+    assert row is not None
+    return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
+
+
+async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
+    """The checker: the counts of one batch recounted from every item and child (cost grows
+    with the batch); call inside a transaction (the merge-join planner settings are local to
+    it). The kept counts must always equal this."""
     query = sql.SQL(_SQL.batch_counts).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
     await conn.execute(_SQL.merge_join_only)
     row = await (await conn.execute(query, {"batch_id": batch_id})).fetchone()
     assert row is not None
     return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
+
+
+def _cancel_items(batch_type: str) -> sql.Composed:
+    """`cancel_items.sql` bound to the batch's child table."""
+    return sql.SQL(_SQL.cancel_items).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
 
 
 def _view(row: dict[str, Any], counts: BatchCounts) -> BatchView:
@@ -169,13 +202,14 @@ class BatchService:
         return int(str(row["organization_id"]))
 
     async def get(self, batch_id: str) -> BatchView:
-        # One snapshot for the row and its counts.
-        async with transaction(self._pool) as conn:
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
-            if row is None:
-                raise NotFound("batch not found")
-            counts = await batch_counts(conn, batch_id, str(row["type"]))
+        # One statement: the row and its kept counts in one snapshot and one round trip.
+        async with self._pool.connection() as conn:
+            row = await (
+                await conn.execute(_SQL.get_batch_with_counts, {"batch_id": batch_id})
+            ).fetchone()
+        if row is None:
+            raise NotFound("batch not found")
+        counts = BatchCounts(**{k: int(str(row[k])) for k in _COUNT_FIELDS})
         return _view(row, counts)
 
     async def list_for_project(
@@ -257,7 +291,8 @@ class BatchService:
                     raise Conflict(f"the batch already ended with status {current.status.value}")
                 params = {"batch_id": batch_id, "actor": actor}
                 await conn.execute(_SQL.cancel_batch, params)
-                await conn.execute(_SQL.cancel_items, params)
+                await conn.execute(_SQL.cancel_children, params)
+                await conn.execute(_cancel_items(str(row["type"])), params)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
                 return _view(row, await batch_counts(conn, batch_id, str(row["type"])))
@@ -274,7 +309,8 @@ class BatchService:
                 if row is None:
                     raise NotFound("batch not found")
                 params = {"batch_id": batch_id, "actor": actor}
-                await conn.execute(_SQL.cancel_items, params)
+                await conn.execute(_SQL.cancel_children, params)
+                await conn.execute(_cancel_items(str(row["type"])), params)
                 await conn.execute(_SQL.delete_batch, params)
 
         await retry_on_deadlock(work)

@@ -1,7 +1,7 @@
--- Derived item states of one batch, counted (domain/batch_status.py has the same table).
+-- The checker: the derived item states of one batch, recounted from the items and children
+-- (domain/batch_status.py has the same table). The API reads the counts kept by the count
+-- triggers (`batch_counts_kept.sql`); the consistency test compares the two.
 -- {child} is the batch's child table (page_import or code2des), bound as an identifier.
--- Items and children are read in (batch_id, id) order from their indexes and merge-joined:
--- no hash of 100,000 ids is built (the caller turns hash joins off for this statement).
 SELECT count(*) AS total,
        count(*) FILTER (WHERE c.status = '0' AND bi.cancelled_at IS NULL
                         AND bi.error_message IS NULL AND bi.dispatched_at IS NULL) AS queued,

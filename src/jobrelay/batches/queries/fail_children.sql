@@ -1,0 +1,25 @@
+-- The processing children of items that just failed for good (`fail_items.sql`,
+-- `sweep_expired.sql`) fail with the item's error; a child that already ended keeps its end.
+WITH failed AS (
+    SELECT s.job_id, s.error
+    FROM unnest(%(job_ids)s::text[], %(errors)s::text[]) AS s (job_id, error)
+), pi AS (
+    UPDATE page_import AS p
+    SET status = '2',
+        error_message = failed.error,
+        updated_by = %(actor)s
+    FROM failed
+    WHERE p.id = failed.job_id
+      AND p.status = '0'
+    RETURNING 1
+), cd AS (
+    UPDATE code2des AS c
+    SET status = '2',
+        error_message = failed.error,
+        updated_by = %(actor)s
+    FROM failed
+    WHERE c.id = failed.job_id
+      AND c.status = '0'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM pi) + (SELECT count(*) FROM cd) AS failed
