@@ -123,6 +123,12 @@ class Processes:
     def dead(self) -> list[str]:
         return [name for name, p in self.running.items() if p.poll() is not None]
 
+    def check_alive(self) -> bool:
+        """True, or InvariantError naming a process that exited, with its log's end."""
+        for name in self.dead():
+            raise InvariantError(f"{name} exited:\n{self.log(name)}")
+        return True
+
     def log(self, name: str) -> str:
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
@@ -164,6 +170,7 @@ def base_env(dsn: str, workdir: Path, *, lease_s: float, **extra: str) -> dict[s
         JOBRELAY_JOBS_RESCUE_INTERVAL_S="0.2",
         JOBRELAY_WORKER_POLL_INTERVAL_S="0.1",
         JOBRELAY_LOG_LEVEL="WARNING",
+        JOBRELAY_ENV="development",  # the local issuer and development secrets
         CHAOS_FINISH_DIR=str(workdir / "finish"),
     )
     (workdir / "finish").mkdir(parents=True, exist_ok=True)
@@ -177,3 +184,55 @@ def percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[index]
+
+
+@dataclass
+class Aws:
+    """moto's server with one queue (and dead-letter queue) and one bucket."""
+
+    emulator: Any = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self, max_receive_count: int = 5) -> Aws:
+        import asyncio
+
+        from jobrelay.aws.clients import AwsEndpoint, ensure_resources
+        from jobrelay.aws.emulator import LocalEmulator
+
+        self.emulator = LocalEmulator()
+        url = self.emulator.start()
+        asyncio.run(
+            ensure_resources(
+                AwsEndpoint(region="us-east-1", endpoint_url=url),
+                queue_name="chaos-work",
+                dlq_name="chaos-dlq",
+                bucket="chaos-results",
+                max_receive_count=max_receive_count,
+            )
+        )
+        self.env = {
+            "JOBRELAY_AWS_ENDPOINT_URL": url,
+            "JOBRELAY_SQS_QUEUE_NAME": "chaos-work",
+            "JOBRELAY_SQS_DLQ_NAME": "chaos-dlq",
+            "JOBRELAY_S3_BUCKET": "chaos-results",
+        }
+        return self
+
+    def stop(self) -> None:
+        if self.emulator is not None:
+            self.emulator.stop()
+
+
+def api_ready(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def mint_token(env: dict[str, str], sub: str, *, admin: bool) -> str:
+    args = [*jobrelay_command(), "token", "--sub", sub, *(["--admin"] if admin else [])]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=REPO)
+    return done.stdout.strip()
