@@ -31,8 +31,7 @@ class Ledger:
     """What the client was told: every id an accepted enqueue or batch POST returned."""
 
     job_ids: set[uuid.UUID] = field(default_factory=set)
-    batch_ids: set[str] = field(default_factory=set)
-    item_ids: set[str] = field(default_factory=set)  # batch items' child ids (job_id)
+    batch_items: dict[str, int] = field(default_factory=dict)  # batch id -> its total
     rejected: int = 0  # answers that were not an acceptance (e.g. 503 while down)
 
 
@@ -124,7 +123,8 @@ def check_jobs(dsn: str, ledger: Ledger, finishes: list[Finish]) -> list[str]:
 
 def check_batches(dsn: str, ledger: Ledger) -> list[str]:
     problems: list[str] = []
-    if not ledger.batch_ids:
+    batch_ids = list(ledger.batch_items)
+    if not batch_ids:
         return problems
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         items = conn.execute(
@@ -133,20 +133,23 @@ def check_batches(dsn: str, ledger: Ledger) -> list[str]:
             " FROM batch_item bi LEFT JOIN page_import c"
             "   ON c.batch_id = bi.batch_id AND c.id = bi.job_id"
             " WHERE bi.batch_id = ANY(%s)",
-            (list(ledger.batch_ids),),
+            (batch_ids,),
         ).fetchall()
         batches = {
-            r["id"]
-            for r in conn.execute(
-                "SELECT id FROM batch WHERE id = ANY(%s)", (list(ledger.batch_ids),)
-            )
+            r["id"] for r in conn.execute("SELECT id FROM batch WHERE id = ANY(%s)", (batch_ids,))
         }
-    missing_batches = ledger.batch_ids - batches
+    missing_batches = set(batch_ids) - batches
     if missing_batches:
         problems.append(f"{len(missing_batches)} accepted batches are missing")
-    missing_items = ledger.item_ids - {r["job_id"] for r in items}
-    if missing_items:
-        problems.append(f"{len(missing_items)} accepted batch items are missing")
+    stored: dict[str, int] = defaultdict(int)
+    for r in items:
+        stored[r["batch_id"]] += 1
+    for batch_id, total in ledger.batch_items.items():
+        if stored[batch_id] != total:
+            problems.append(f"batch {batch_id}: {stored[batch_id]} items stored, {total} accepted")
+    unchilded = [r for r in items if r["child_status"] is None]
+    if unchilded:
+        problems.append(f"{len(unchilded)} batch items have no child row")
     over = [r for r in items if r["dispatch_attempts"] > MAX_DISPATCH_ATTEMPTS]
     if over:
         problems.append(
@@ -171,6 +174,6 @@ def dispatch_attempts(dsn: str, ledger: Ledger) -> dict[int, int]:
         rows = conn.execute(
             "SELECT dispatch_attempts AS a, count(*) AS n FROM batch_item"
             " WHERE batch_id = ANY(%s) GROUP BY 1 ORDER BY 1",
-            (list(ledger.batch_ids),),
+            (list(ledger.batch_items),),
         ).fetchall()
     return {int(r["a"]): int(r["n"]) for r in rows}

@@ -164,6 +164,12 @@ class JobsRun:
         )
         return {r["id"]: r["claim_token"] for r in rows}
 
+    def up(self) -> list[str]:
+        """Running workers past their start-up (their heartbeat row exists)."""
+        rows = self.db.rows("SELECT split_part(worker_id, ':', 2) AS pid FROM worker_heartbeat")
+        pids = {r["pid"] for r in rows}
+        return sorted(n for n, p in self.procs.running.items() if str(p.pid) in pids)
+
     def announced(self) -> bool:
         """Every running worker past its start-up (its heartbeat row exists), so that a
         SIGTERM finds its signal handlers installed."""
@@ -233,7 +239,10 @@ def worker_kill(workdir: Path, opts: JobsOptions, *, every_s: float = 2.0) -> di
             now = time.monotonic()
             if done < opts.size // 20 or now < next_kill[0]:
                 return  # the first kill once the drain is well under way
-            name = run.rng.choice(sorted(run.procs.running))
+            up = run.up()
+            if not up:
+                return  # every worker is still starting: killing those tests nothing
+            name = run.rng.choice(up)
             pid = run.procs.kill(name)
             at = run.db.now()
             kills.append(Kill(name, pid, at, run.held_by(pid)))
