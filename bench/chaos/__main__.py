@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,12 @@ def _commit() -> str:
         return "unknown"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so every started process and server is stopped
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("--size", type=int, required=True, help="jobs, or batch items")

@@ -1,7 +1,9 @@
 """SIGKILL relays and SQS workers during a batch: the local stack (moto's server, a real
 `jobrelay api`, 2 `jobrelay relay`, 2 `jobrelay sqs-worker`, 1 `jobrelay worker`) runs a
 Page Import batch of `size` items once without kills (clean) and once while a random relay
-or SQS worker is SIGKILLed every 2 s (a replacement starts at once). Checked after: the
+or SQS worker is SIGKILLed every 5 s (a replacement starts at once). Every 2 s, as for the
+jobs workers, left no SQS worker up long enough on a busy 2-core machine (a start-up takes
+seconds there; 29 of 300 items completed in 10 minutes). Checked after: the
 batches the API accepted hold exactly the items it accepted, every item and batch is
 terminal, no item was dispatched more than 3 times; measured: items/s clean vs chaos and
 how many items needed a second dispatch."""
@@ -51,7 +53,7 @@ def _project(dsn: str, sub: str) -> int:
     return int(row[0])
 
 
-def batch_kill(workdir: Path, *, size: int, every_s: float = 2.0, seed: int = 16) -> dict[str, Any]:
+def batch_kill(workdir: Path, *, size: int, every_s: float = 5.0, seed: int = 16) -> dict[str, Any]:
     rng = random.Random(seed)
     db = Database(workdir).start()
     aws = Aws().start()
