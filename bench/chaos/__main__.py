@@ -67,6 +67,7 @@ def _commit() -> str:
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
     raise SystemExit(128 + signum)  # so every started process and server is stopped
 
 

@@ -123,6 +123,10 @@ class Processes:
     def dead(self) -> list[str]:
         return [name for name, p in self.running.items() if p.poll() is not None]
 
+    def said(self, name: str, text: str) -> bool:
+        path = self.logs / f"{name}.log"
+        return path.exists() and text in path.read_text(errors="replace")
+
     def check_alive(self) -> bool:
         """True, or InvariantError naming a process that exited, with its log's end."""
         for name in self.dead():
