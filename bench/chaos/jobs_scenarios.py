@@ -201,18 +201,21 @@ def kill_report(run: JobsRun, kills: list[Kill], finishes: list[Finish]) -> dict
     final = {
         r["id"]: r
         for r in run.db.rows(
-            "SELECT id, result->>'token' AS token, finished_at FROM jobs WHERE id = ANY(%s)",
+            "SELECT id, result->>'token' AS token, claimed_at, finished_at FROM jobs"
+            " WHERE id = ANY(%s)",
             (ids,),
         )
     }
     rerun: list[int] = []
     rerun_finished: list[int] = []
     recovery: list[float] = []
+    reclaim: list[float] = []
     for kill in kills:
         again = [j for j, token in kill.held.items() if final[j]["token"] != str(token)]
         rerun.append(len(again))
         rerun_finished.append(sum((j, kill.held[j]) in finished for j in again))
         recovery += [(final[j]["finished_at"] - kill.at).total_seconds() for j in again]
+        reclaim += [(final[j]["claimed_at"] - kill.at).total_seconds() for j in again]
     return {
         "kills": len(kills),
         "rerun_per_kill_mean": sum(rerun) / len(kills) if kills else 0.0,
@@ -222,6 +225,11 @@ def kill_report(run: JobsRun, kills: list[Kill], finishes: list[Finish]) -> dict
         "rerun_finished_total": sum(rerun_finished),
         "recovery_p50_s": percentile(recovery, 50),
         "recovery_p99_s": percentile(recovery, 99),
+        # kill -> claimed by another worker (the last claim): one lease, plus the wait
+        # behind the backlog, since the rescue sets available_at = now (the job goes to the
+        # back of the queue)
+        "reclaim_p50_s": percentile(reclaim, 50),
+        "reclaim_p99_s": percentile(reclaim, 99),
     }
 
 
