@@ -366,6 +366,13 @@ class Settings(BaseSettings):
     worker_prefetch: int = Field(
         default=0, ge=0, description="Jobs a worker claims ahead of its free slots."
     )
+    worker_hold_slot_until_recorded: bool = Field(
+        default=True,
+        description="A finished job keeps its slot until its batched completion is recorded "
+        "(at most one lease): a killed worker re-runs at most one finished handler per slot. "
+        "False frees the slot at once (more throughput while the database is slow, more "
+        "finished work re-run after a crash).",
+    )
     worker_shutdown_grace_s: float = Field(
         default=10.0, ge=0, description="On SIGTERM/SIGINT, how long running jobs may finish."
     )

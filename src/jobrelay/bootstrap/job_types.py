@@ -194,6 +194,7 @@ def worker_config(
         listen=settings.worker_listen and listen != "",
         listen_conninfo=listen or None,
         claim_session_settings=not through_transaction_pooler(settings),
+        hold_slot_until_recorded=settings.worker_hold_slot_until_recorded,
         metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
         schedule_grace_s=settings.schedules_grace_s,
     )

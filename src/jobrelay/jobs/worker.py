@@ -15,7 +15,9 @@ flush loops are hot paths: they keep their own `while` and use the same `Backoff
 * `jobrelay-worker-flush`: records finished jobs on its own connection, many per durable
   commit (one batched `complete_jobs` statement, parents reconciled in the same
   transaction). A batch commits while the next one accumulates, so the claim loop never
-  waits for a durable commit.
+  waits for a durable commit. A finished job keeps its slot until its completion is
+  recorded (`hold_slot_until_recorded`, at most one lease), which bounds the finished
+  handlers a SIGKILL can make run again to one per slot.
 * `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
   the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
 * `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the claim
@@ -120,6 +122,11 @@ class WorkerConfig:
     `rates`: rate limits per class on top of those the registry declares (every worker must
     use the same). `fair_claims`: rotate claims across fairness keys (False: strict priority
     and arrival order, the claim before issue 17).
+    `hold_slot_until_recorded`: a finished job keeps its slot until the flush has recorded
+    its completion durably (at most one lease), so a killed worker loses at most one
+    finished-but-unrecorded completion per slot, whose handler then runs again elsewhere.
+    False frees the slot at once: completions then pile up in the flush without bound
+    while the database is slow (bench/chaos measures both).
     """
 
     concurrency: int | None = None
@@ -140,6 +147,7 @@ class WorkerConfig:
     claim_session_settings: bool = True
     rates: Mapping[str, Rate] = field(default_factory=dict)
     fair_claims: bool = True
+    hold_slot_until_recorded: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
     schedule_grace_s: float = DEFAULT_GRACE_S
@@ -283,6 +291,8 @@ class Worker:
         self._stop_requested = asyncio.Event()
         self._flush_needed = asyncio.Event()
         self._done: list[Done] = []
+        # Runs waiting for their buffered completion to be recorded, by claim token.
+        self._recorded: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._closing = False
         self._claim_idle = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -678,6 +688,8 @@ class Worker:
             if outcome.outputs is None:
                 self._done.append(Done(job, outcome.result))
                 self._flush_needed.set()
+                if self.config.hold_slot_until_recorded:
+                    await self._until_recorded(job)
                 return False
             complete = outcome
             try:
@@ -766,6 +778,23 @@ class Worker:
 
     # -- batched completions -----------------------------------------------------------
 
+    async def _until_recorded(self, job: ClaimedJob) -> None:
+        """Keep this job's slot until the flush recorded its completion, at most one lease
+        (past it the lease has expired anyway; a stop never waits longer either)."""
+        recorded = asyncio.get_running_loop().create_future()
+        self._recorded[job.claim_token] = recorded
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(recorded), self.config.lease_s)
+        finally:
+            self._recorded.pop(job.claim_token, None)
+
+    def _release_recorded(self, batch: Sequence[Done]) -> None:
+        for d in batch:
+            recorded = self._recorded.pop(d.job.claim_token, None)
+            if recorded is not None and not recorded.done():
+                recorded.set_result(None)
+
     async def _flush_loop(self) -> None:
         """Record finished jobs, durably, on a connection of their own: while one batch
         commits the next accumulates (group commit), and claims never wait for it."""
@@ -791,12 +820,14 @@ class Worker:
                             len(batch) + len(self._done),
                             exc_info=True,
                         )
+                        self._release_recorded([*batch, *self._done])
                         self._done = []
                         return
                     self._done[:0] = batch
                     await asyncio.sleep(health.failed(exc))
                     continue
                 health.ok()
+                self._release_recorded(batch)
                 self._count_settled(batch, settled)
                 if any(self._frees_claims(d.job) for d in batch):
                     self._more_work()  # a source or capped slot is free in the database now
