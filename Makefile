@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install up test test-pg15 system-packages lint typecheck layers unit lock bench clean docs
+.PHONY: install up test test-long test-pg15 system-packages lint typecheck layers unit lock bench clean docs
 
 # Runs only when the lock changed. The first run takes minutes, so each phase says what it
 # does and pip shows every package it fetches (no -q on the lock step); later runs are silent.
@@ -38,12 +38,19 @@ layers: $(STAMP)
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
 test: SYSTEM_PACKAGES = pgbouncer chromium
 test: system-packages lint typecheck layers
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m "not long"
+
+# The suites that take minutes by design (chaos scenarios at 1/10 scale, a minute of
+# rate-limit windows, 30 s of schedule ticks): kept out of `make test` so it stays under 10
+# minutes on 2 cores; CI (.ci/run) runs them after it.
+test-long: SYSTEM_PACKAGES = pgbouncer chromium
+test-long: system-packages $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m long
 
 # The same suite on Debian's PostgreSQL 15 server (started by the test harness on a loopback
 # port with its own data directory) instead of the embedded PostgreSQL 18.
 test-pg15: system-packages lint typecheck layers
-	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider
+	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider -m "not long"
 
 # Debian packages the tests start: PostgreSQL 15 (make test-pg15), PgBouncer (the pooler
 # tests of both runs) and Chromium (the console's headless browser check; these two are all

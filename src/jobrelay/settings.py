@@ -368,10 +368,11 @@ class Settings(BaseSettings):
     )
     worker_hold_slot_until_recorded: bool = Field(
         default=True,
-        description="A finished job keeps its slot until its batched completion is recorded "
-        "(at most one lease): a killed worker re-runs at most one finished handler per slot. "
-        "False frees the slot at once (more throughput while the database is slow, more "
-        "finished work re-run after a crash).",
+        description="Bounded flush window: when more than 4 completions per slot wait for the "
+        "batched flush, a finished job keeps its slot until its completion is recorded (at "
+        "most one lease), so a killed worker re-runs at most 5 x slots finished handlers; "
+        "while the flush keeps up nothing waits. False never waits (completions pile up "
+        "without bound while the database is slow; more finished work re-run after a crash).",
     )
     worker_shutdown_grace_s: float = Field(
         default=10.0, ge=0, description="On SIGTERM/SIGINT, how long running jobs may finish."

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench.chaos.__main__ import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def _run(scenario: str, size: int, tmp_path: Path, **options: Any) -> dict[str, Any]:
@@ -24,14 +24,15 @@ def _run(scenario: str, size: int, tmp_path: Path, **options: Any) -> dict[str, 
     return result
 
 
-def test_workers_sigkilled_every_2s_lose_nothing_and_rerun_at_most_a_slot_each(
+def test_workers_sigkilled_every_2s_lose_nothing_and_rerun_at_most_five_per_slot(
     tmp_path: Path,
 ) -> None:
     result = _run("worker-kill", 2_000, tmp_path, workers=3, concurrency=8)
     assert result["kills"] >= 1
-    # A finished job keeps its slot until its completion is recorded: a kill re-runs at
-    # most one finished handler per slot of the killed worker.
-    assert result["rerun_finished_per_kill_max"] <= 8
+    # The bounded flush window: once more than 4 completions per slot wait for the flush,
+    # a finished job keeps its slot until recorded, so a kill re-runs at most 5 x slots
+    # finished handlers of the killed worker.
+    assert result["rerun_finished_per_kill_max"] <= 5 * 8
 
 
 def test_a_stopped_worker_resumed_past_its_lease_is_fenced_off(tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ def assert_every_tick_once(jobs: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_three_workers_tick_every_second_once_and_catch_up_after_downtime(db_dsn: str) -> None:
     names = [s["name"] for s in SCHEDULES]
     with worker_processes(db_dsn, 3, **ENV):

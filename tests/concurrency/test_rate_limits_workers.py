@@ -67,6 +67,7 @@ def test_a_rate_of_ten_per_two_seconds_holds_across_three_workers(db_dsn: str) -
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_rate_of_thirty_per_ten_seconds_holds_across_three_workers_for_a_minute(
     db_dsn: str,
 ) -> None:

@@ -15,9 +15,9 @@ flush loops are hot paths: they keep their own `while` and use the same `Backoff
 * `jobrelay-worker-flush`: records finished jobs on its own connection, many per durable
   commit (one batched `complete_jobs` statement, parents reconciled in the same
   transaction). A batch commits while the next one accumulates, so the claim loop never
-  waits for a durable commit. A finished job keeps its slot until its completion is
-  recorded (`hold_slot_until_recorded`, at most one lease), which bounds the finished
-  handlers a SIGKILL can make run again to one per slot.
+  waits for a durable commit. When more than 4 completions per slot wait for it, a finished
+  job keeps its slot until its completion is recorded (`hold_slot_until_recorded`, at most
+  one lease), which bounds the finished handlers a SIGKILL can make run again to 5 x slots.
 * `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
   the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
 * `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the claim
@@ -85,6 +85,9 @@ from jobrelay.loops import Backoff, Health, Loop, Periodic, retry
 log = logging.getLogger("jobrelay.jobs.worker")
 T = TypeVar("T")
 _DEFAULT_POLICY = RetryPolicy()
+# The bounded flush window (hold_slot_until_recorded): unrecorded completions per slot
+# beyond which a finished job waits for the flush; a fast drain of short jobs stays below it.
+_FLUSH_WINDOW = 4
 _FLUSH_MAX = 1000
 # After failures in a row the claim loop waits 0.2 s, 0.4 s, ... up to 5 s (a listener that
 # reconnects wakes it sooner); the flush loop 0.1 s up to 2 s, since finished jobs wait on it;
@@ -122,11 +125,13 @@ class WorkerConfig:
     `rates`: rate limits per class on top of those the registry declares (every worker must
     use the same). `fair_claims`: rotate claims across fairness keys (False: strict priority
     and arrival order, the claim before issue 17).
-    `hold_slot_until_recorded`: a finished job keeps its slot until the flush has recorded
-    its completion durably (at most one lease), so a killed worker loses at most one
-    finished-but-unrecorded completion per slot, whose handler then runs again elsewhere.
-    False frees the slot at once: completions then pile up in the flush without bound
-    while the database is slow (bench/chaos measures both).
+    `hold_slot_until_recorded`: a bounded flush window. When the completions not yet
+    recorded (buffered or being committed) exceed 4 per slot of the worker, a finished job
+    keeps its slot until the flush has recorded its completion (at most one lease), so a
+    killed worker loses at most 5 x slots finished-but-unrecorded completions, whose
+    handlers then run again elsewhere; while the flush keeps up nothing waits. False never
+    waits: completions then pile up in the flush without bound while the database is slow
+    (bench/chaos measures both).
     """
 
     concurrency: int | None = None
@@ -293,6 +298,7 @@ class Worker:
         self._done: list[Done] = []
         # Runs waiting for their buffered completion to be recorded, by claim token.
         self._recorded: dict[uuid.UUID, asyncio.Future[None]] = {}
+        self._flushing = 0  # completions in the batch the flush loop is committing
         self._closing = False
         self._claim_idle = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -688,7 +694,14 @@ class Worker:
             if outcome.outputs is None:
                 self._done.append(Done(job, outcome.result))
                 self._flush_needed.set()
-                if self.config.hold_slot_until_recorded:
+                if (
+                    self.config.hold_slot_until_recorded
+                    and len(self._done) + self._flushing > _FLUSH_WINDOW * self.config.total_slots
+                ):
+                    # The flush is behind by more than _FLUSH_WINDOW completions per slot:
+                    # this slot waits for it, so a SIGKILL re-runs at most
+                    # (_FLUSH_WINDOW + 1) x slots finished handlers. Waiting on every
+                    # completion would cost a drain of short jobs a third of its rate.
                     await self._until_recorded(job)
                 return False
             complete = outcome
@@ -806,10 +819,12 @@ class Worker:
             self._flush_needed.clear()
             while self._done:
                 batch, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
+                self._flushing = len(batch)
                 try:
                     async with self._pool.connection() as conn:
                         settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
                 except Exception as exc:
+                    self._flushing = 0
                     self.stats.errors += 1
                     if self._closing and give_up_at is None:
                         give_up_at = loop.time() + self.config.lease_s
@@ -827,6 +842,7 @@ class Worker:
                     await asyncio.sleep(health.failed(exc))
                     continue
                 health.ok()
+                self._flushing = 0
                 self._release_recorded(batch)
                 self._count_settled(batch, settled)
                 if any(self._frees_claims(d.job) for d in batch):
