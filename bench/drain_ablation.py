@@ -21,44 +21,18 @@ import os
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from bench.fairness import _enqueue, _requests, _wait_for
-from jobrelay.bootstrap import product_job_types
+from bench.fairness import _drain
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
-from jobrelay.db.pool import open_pool
-from jobrelay.jobs.worker import Worker, WorkerConfig
+from jobrelay.jobs.worker import WorkerConfig
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, bool]] = {
     "fifo": {"fair_claims": False, "hold_slot_until_recorded": False},
     "fair": {"fair_claims": True, "hold_slot_until_recorded": False},
     "fair+hold": {"fair_claims": True, "hold_slot_until_recorded": True},
 }
-
-
-async def _drain(dsn: str, n: int, variant: str) -> float:
-    registry = product_job_types(diag_enabled=True).registry()
-    pool = await open_pool(dsn, min_size=2, max_size=16)
-    try:
-        async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs")
-        await _enqueue(pool, registry, _requests(n, "fair"))
-        async with pool.connection() as conn:
-            await conn.execute("ANALYZE jobs")
-        config = WorkerConfig(concurrency=10, **VARIANTS[variant])  # type: ignore[arg-type]
-        worker = Worker(pool=pool, registry=registry, config=config)
-        started = time.perf_counter()
-        await worker.start()
-        try:
-            await _wait_for(pool, "SELECT count(*) AS n FROM jobs WHERE status = 'completed'", n)
-            elapsed = time.perf_counter() - started
-        finally:
-            await worker.stop()
-        return n / elapsed
-    finally:
-        await pool.close()
 
 
 def main() -> None:
@@ -82,7 +56,13 @@ def main() -> None:
         for rep in range(1, args.reps + 1):
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
-                rate = asyncio.run(_drain(url, args.jobs, name))
+                variant = VARIANTS[name]
+                config = WorkerConfig(
+                    concurrency=10,
+                    fair_claims=variant["fair_claims"],
+                    hold_slot_until_recorded=variant["hold_slot_until_recorded"],
+                )
+                rate = asyncio.run(_drain(url, args.jobs, "fair", config))
                 rates[name].append(rate)
                 print(f"rep={rep} variant={name} jobs_per_s={rate:.0f}", flush=True)
         base = statistics.median(rates[names[0]])

@@ -100,7 +100,9 @@ _A_DONE = "SELECT count(*) AS n FROM jobs WHERE fairness_key = 'org-a' AND statu
 _B_DONE = "SELECT count(*) AS n FROM jobs WHERE fairness_key = 'org-b' AND status = 'completed'"
 
 
-async def _drain(dsn: str, n: int, scenario: str) -> float:
+async def _drain(dsn: str, n: int, scenario: str, config: WorkerConfig | None = None) -> float:
+    """Drain `n` jobs of `scenario` with one in-process worker (10 slots; `config` replaces
+    the scenario's fifo/fair configuration) and return jobs/s."""
     registry = product_job_types(diag_enabled=True).registry()
     pool = await open_pool(dsn, min_size=2, max_size=16)
     try:
@@ -109,7 +111,8 @@ async def _drain(dsn: str, n: int, scenario: str) -> float:
         await _enqueue(pool, registry, _requests(n, scenario))
         async with pool.connection() as conn:
             await conn.execute("ANALYZE jobs")
-        config = WorkerConfig(concurrency=10, fair_claims=scenario != "fifo")
+        if config is None:
+            config = WorkerConfig(concurrency=10, fair_claims=scenario != "fifo")
         worker = Worker(pool=pool, registry=registry, config=config)
         started = time.perf_counter()
         await worker.start()
