@@ -30,7 +30,7 @@ from tests.acceptance.test_e2e_stack import _submit, _tenant
 from tests.e2e_support import Stack, page_server, running_stack, token
 from tests.harness import AwsTestResources, run_cli, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = "JOBRELAY_CONSOLE_SCREENSHOTS"

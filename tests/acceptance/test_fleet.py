@@ -37,7 +37,7 @@ from tests.harness import (
 )
 from tests.jobs_support import query, service
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 NOOP_JOBS = 4_000
 MEDIA_JOBS = 1_000  # media.process: a fenced output row per media id
