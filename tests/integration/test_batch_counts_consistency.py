@@ -281,6 +281,8 @@ async def test_kept_counts_equal_a_recount_under_concurrent_writers(db_dsn: str,
                 )
             ).fetchone()
         assert totals is not None
-        assert all(int(str(v)) > 0 for v in totals.values()), totals
+        # Every item starts queued; the writers may have dispatched them all by the end, so
+        # queued can be 0 here. The other states must have been reached and still hold rows.
+        assert all(int(str(totals[k])) > 0 for k in ("r", "c", "f", "x")), totals
     finally:
         await pool.close()
