@@ -253,6 +253,42 @@ async def test_bulk_copy_path_stores_every_job_like_the_statement(pool: Pool) ->
     } == {(3, "pending", "job", "default", True)}
 
 
+async def test_bulk_copy_path_keeps_text_that_copy_would_read_as_escapes(pool: Pool) -> None:
+    """The COPY path sends text: backslashes, tabs, newlines and carriage returns in the
+    payload and in the source and fairness keys arrive as sent, NULLs stay NULL."""
+    awkward = 'tab\there\nnew\rline \\N back\\slash "quoted" 日本語'
+    jobs = service(pool)
+    requests = [
+        EnqueueRequest(
+            "diag.sleep",
+            {"seconds": 0, "sourceKey": f"src\t{i}", "fairnessKey": awkward},
+        )
+        for i in range(COPY_MIN_ROWS)
+    ]
+    requests.append(EnqueueRequest("diag.sleep", {"seconds": 0}))  # no keys: NULLs
+    results = await jobs.enqueue_many(requests)
+    stored = {
+        r["id"]: r
+        for r in await fetch(pool, "SELECT id, payload, source_key, fairness_key FROM jobs")
+    }
+    for i, result in enumerate(results[:-1]):
+        job = stored[result.id]
+        assert job["payload"]["fairnessKey"] == awkward
+        assert (job["source_key"], job["fairness_key"]) == (f"src\t{i}", awkward)
+    last = stored[results[-1].id]
+    assert (last["source_key"], last["fairness_key"]) == (None, None)
+
+
+async def test_a_payload_that_cannot_be_stored_as_json_is_refused(pool: Pool) -> None:
+    jobs = service(pool)
+    with pytest.raises(InvalidInput) as refused:
+        await jobs.enqueue_many(
+            [EnqueueRequest("diag.noop", {"text": "lone \ud800 surrogate"})] * COPY_MIN_ROWS
+        )
+    assert refused.value.errors[0].path == "0.payload"
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
 async def test_bulk_copy_path_respects_pause_and_the_callers_transaction(pool: Pool) -> None:
     jobs = service(pool)
     many = [EnqueueRequest("diag.noop", {"i": i}) for i in range(COPY_MIN_ROWS)]

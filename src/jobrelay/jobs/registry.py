@@ -374,3 +374,8 @@ def payload_dict(payload: JobPayload) -> dict[str, Any]:
     """The stored form of a payload: JSON-ready, camelCase, without the `type`
     discriminator."""
     return payload.model_dump(mode="json", by_alias=True, exclude={"type"})
+
+
+def payload_json(payload: JobPayload) -> str:
+    """`payload_dict` as compact JSON text (UTF-8 characters unescaped), encoded by pydantic."""
+    return payload.model_dump_json(by_alias=True, exclude={"type"})

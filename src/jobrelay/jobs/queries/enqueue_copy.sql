@@ -1,11 +1,11 @@
 -- Bulk enqueue of jobs without a dedupe key, a delay or a run time (enqueue.py `_copy_new`):
--- binary COPY, which inserts in batches (heap_multi_insert) and skips the per-row executor
+-- COPY (text format), which inserts in batches (heap_multi_insert) and skips the per-row executor
 -- work of INSERT ... SELECT. Such jobs cannot conflict, so no arbiter is needed; the caller
 -- reads enqueue_paused.sql first in the same transaction. available_at takes its default,
 -- the transaction's start (database time, like the clock_timestamp() of enqueue_new.sql).
 -- The columns are those of enqueue_new.sql but dedupe_key (always NULL here), delay_s and
--- available_at; a new column goes here too, with its type in `_COPY_TYPES`.
+-- available_at; a new column goes here too, and in `_copy_line`.
 COPY jobs (
     id, type, payload, revision, source_key, concurrency_class, priority, max_attempts,
     parent_id, role, fairness_key
-) FROM STDIN (FORMAT BINARY)
+) FROM STDIN
