@@ -267,6 +267,12 @@ class Settings(BaseSettings):
     batch_max_items: int = Field(
         default=10_000, ge=1, description="Items per batch; more is a 422."
     )
+    batch_cancel_inline_max: int = Field(
+        default=5_000,
+        ge=0,
+        description="A cancel with at most this many processing items marks them in its own "
+        "transaction; above it the cancel answers 202 at once and the relay finishes it.",
+    )
     relay_lease_s: float = Field(
         default=90.0, gt=0, description="How long a relay's claim on an item lasts."
     )

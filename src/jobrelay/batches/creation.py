@@ -46,6 +46,9 @@ ATTRIBUTE_BYTES = 64
 class BatchLimits:
     max_items: int
     message_limit_bytes: int
+    # A cancel marks at most this many processing items in its own transaction; a larger
+    # batch's cancel answers at once and the relay's sweeper finishes it (migration 0014).
+    cancel_inline_max: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)

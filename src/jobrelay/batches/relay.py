@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.service import fail_children, retry_on_deadlock
+from jobrelay.batches.service import fail_children, retry_on_deadlock, settle_cancels
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
@@ -301,7 +301,11 @@ class Relay:
         )
 
     async def sweep(self) -> int:
-        """Fail items whose last allowed claim expired without a recorded send."""
+        """Fail items whose last allowed claim expired without a recorded send, and finish
+        the cancels of large batches (`settle_cancels`)."""
+        cancelled = await settle_cancels(self._pool, actor=self._actor)
+        if cancelled:
+            log.info("relay.settled_cancels", children=cancelled)
         async with transaction(self._pool) as conn:
             rows = await (
                 await conn.execute(

@@ -48,6 +48,12 @@ class BatchView:
     created_by: str
     updated_by: str
 
+    @property
+    def cancelling(self) -> bool:
+        """Cancelled, with items the relay's sweeper is still marking (a large batch's
+        cancel finishes in the background: `BatchService.cancel`)."""
+        return self.cancelled_at is not None and self.counts.queued + self.counts.running > 0
+
 
 @dataclass(frozen=True, slots=True)
 class ItemView:
@@ -133,6 +139,11 @@ async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> Bat
     return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
 
 
+def _settle_children(child_table: str) -> sql.Composed:
+    """`settle_cancel_children.sql` bound to a child table."""
+    return sql.SQL(_SQL.settle_cancel_children).format(child=sql.Identifier(child_table))
+
+
 def _cancel_items(batch_type: str) -> sql.Composed:
     """`cancel_items.sql` bound to the batch's child table."""
     return sql.SQL(_SQL.cancel_items).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
@@ -164,6 +175,46 @@ async def processing_batches(conn: Connection, *, limit: int) -> list[BatchView]
         counts = await batch_counts(conn, str(row["id"]), str(row["type"]))
         views.append(_view(row, counts))
     return views
+
+
+async def settle_cancels(
+    pool: AsyncConnectionPool[Connection], *, actor: str, step: int = 2_000
+) -> int:
+    """Finish background cancels (see `BatchService.cancel`): mark up to `step` processing children
+    of one cancelled batch and their items per transaction, until no cancelled batch has
+    any left. Returns how many children it cancelled. Safe to run in many processes at
+    once (a batch being settled is skipped by the others) and to stop at any point."""
+    cancelled = 0
+    while True:
+        done = await retry_on_deadlock(lambda: _settle_step(pool, actor=actor, step=step))
+        if done is None:
+            return cancelled
+        cancelled += done
+
+
+async def _settle_step(
+    pool: AsyncConnectionPool[Connection], *, actor: str, step: int
+) -> int | None:
+    """One transaction of `settle_cancels`: the children it cancelled, None when no
+    cancelled batch is left to settle (or every one is held by another settler)."""
+    async with transaction(pool) as conn:
+        row = await (await conn.execute(_SQL.settle_cancel_next)).fetchone()
+        if row is None:
+            return None
+        batch_id, child = str(row["id"]), _CHILD_TABLES[str(row["type"])]
+        params: dict[str, Any] = {"batch_id": batch_id, "actor": actor, "limit": step}
+        children = await (await conn.execute(_settle_children(child), params)).fetchall()
+        if children:
+            params["child_ids"] = [str(c["id"]) for c in children]
+            await conn.execute(_SQL.settle_cancel_items, params)
+            return len(children)
+        # None left unlocked: the last ones (waiting for a webhook that holds one, which
+        # ends it or not), then the items of children a webhook ended cancelled meanwhile
+        # (finish_*.sql), and the cancel is settled.
+        await conn.execute(_SQL.cancel_children, params)
+        await conn.execute(_cancel_items(str(row["type"])), params)
+        await conn.execute(_SQL.settle_cancel_done, params)
+        return 0
 
 
 class BatchService:
@@ -273,10 +324,16 @@ class BatchService:
         return ItemPage(items=views, next_after=next_after)
 
     async def cancel(self, batch_id: str, *, actor: str) -> BatchView:
-        """Cancel a processing batch in one transaction: the batch, every non-terminal item
-        and child. Items not yet sent are never sent (the relay's claim skips them); sends
-        already in flight end cancelled. Cancelling again answers the cancelled batch; a
-        batch that already finished is a `Conflict`."""
+        """Cancel a processing batch: the batch, every non-terminal item and child. Items not
+        yet sent are never sent (the relay's claim skips cancelled batches); sends already in
+        flight end cancelled. Cancelling again answers the cancelled batch; a batch that
+        already finished is a `Conflict`.
+
+        With at most `cancel_inline_max` processing items everything is marked in this one
+        transaction. Above it only the batch row is: the batch is cancelled for every writer
+        from that commit on (see `settle_cancels`), the answer comes at once with the items
+        still counted as queued or running (`BatchView.cancelling`), and the relay's sweeper
+        marks them in short transactions."""
 
         async def work() -> BatchView:
             async with transaction(self._pool) as conn:
@@ -289,10 +346,12 @@ class BatchService:
                     return current
                 if current.status is not BatchStatus.PROCESSING:
                     raise Conflict(f"the batch already ended with status {current.status.value}")
-                params = {"batch_id": batch_id, "actor": actor}
+                inline = counts.queued + counts.running <= self._limits.cancel_inline_max
+                params = {"batch_id": batch_id, "actor": actor, "settled": inline}
                 await conn.execute(_SQL.cancel_batch, params)
-                await conn.execute(_SQL.cancel_children, params)
-                await conn.execute(_cancel_items(str(row["type"])), params)
+                if inline:
+                    await conn.execute(_SQL.cancel_children, params)
+                    await conn.execute(_cancel_items(str(row["type"])), params)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
                 return _view(row, await batch_counts(conn, batch_id, str(row["type"])))

@@ -121,6 +121,7 @@ def batch_limits(settings: Settings) -> BatchLimits:
     return BatchLimits(
         max_items=settings.batch_max_items,
         message_limit_bytes=settings.sqs_message_limit_bytes,
+        cancel_inline_max=settings.batch_cancel_inline_max,
     )
 
 

@@ -49,6 +49,11 @@ class Batch(ApiModel):
     status: BatchStatusCode
     counts: Counts
     cancelled_at: datetime | None
+    cancelling: bool = Field(
+        description="Cancelled, and the relay is still marking its items cancelled (the "
+        "cancel of a batch of more than JOBRELAY_BATCH_CANCEL_INLINE_MAX processing items "
+        "finishes in the background; nothing more of it is sent meanwhile)"
+    )
     created_at: datetime
     updated_at: datetime
     created_by: str
@@ -64,6 +69,7 @@ class Batch(ApiModel):
             status=view.status,
             counts=Counts.model_validate(view.counts),
             cancelled_at=view.cancelled_at,
+            cancelling=view.cancelling,
             created_at=view.created_at,
             updated_at=view.updated_at,
             created_by=view.created_by,
@@ -164,10 +170,23 @@ async def list_items(
     response_model=Batch,
     response_model_by_alias=True,
     summary="Cancel a processing batch (idempotent); undispatched items are never sent",
-    responses={**NOT_FOUND, 409: {"description": "The batch already completed or failed"}},
+    responses={
+        **NOT_FOUND,
+        202: {
+            "description": "Cancelled; the relay is still marking its many items cancelled "
+            "(`cancelling`: the counts reach their end within seconds)",
+            "model": Batch,
+        },
+        409: {"description": "The batch already completed or failed"},
+    },
 )
-async def cancel_batch(batch_id: BatchIdDep, caller: CallerDep, services: ServicesDep) -> Batch:
-    return Batch.of(await services.batches.cancel(batch_id, actor=caller.sub))
+async def cancel_batch(
+    batch_id: BatchIdDep, caller: CallerDep, services: ServicesDep, response: Response
+) -> Batch:
+    view = await services.batches.cancel(batch_id, actor=caller.sub)
+    if view.cancelling:
+        response.status_code = 202
+    return Batch.of(view)
 
 
 @router.delete(

@@ -42,6 +42,9 @@ WITH RECURSIVE waiting (batch_id) AS (
     SELECT b.organization_id, array_agg(b.id ORDER BY b.created_at, b.id) AS batch_ids
     FROM waiting AS w
     JOIN batch AS b ON b.id = w.batch_id
+    -- a cancel still settling in the background (migration 0014): its items are not
+    -- marked yet, the batch row already is
+    WHERE b.cancelled_at IS NULL
     GROUP BY b.organization_id
 ), in_flight AS (
     SELECT b.organization_id, count(*) AS items
