@@ -146,6 +146,25 @@ async def test_expired_lease_without_attempts_left_fails(pool: Pool) -> None:
     assert stored["failure_kind"] == "lease_expired" and stored["finished_at"] is not None
 
 
+async def test_a_rescued_or_released_job_keeps_its_place_in_the_queue(pool: Pool) -> None:
+    """Its worker died (rescue) or stopped (release): the job did not fail, so it is claimed
+    again before the jobs enqueued while it ran, not behind them."""
+    jobs = service(pool)
+    first = await jobs.enqueue(EnqueueRequest("diag.noop", {"n": 0}))
+    [job] = await _claim(pool, lease_s=0.1)
+    await jobs.enqueue_many([EnqueueRequest("diag.noop", {"n": n}) for n in range(1, 4)])
+    async with pool.connection() as conn:
+        assert await eventually(lambda: claims.rescue_expired(conn), what="lease expiry") == {
+            job.id: "pending"
+        }
+    [again] = await _claim(pool)
+    assert again.id == first.id
+    async with pool.connection() as conn:
+        await claims.release(conn, again)
+    [third] = await _claim(pool)
+    assert third.id == first.id
+
+
 async def test_one_running_job_per_source(pool: Pool) -> None:
     jobs = service(pool)
     await jobs.enqueue_many(

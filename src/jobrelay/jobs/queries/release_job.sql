@@ -1,6 +1,6 @@
 -- The worker gives a claimed job back without running it to the end (graceful shutdown):
--- pending now, the attempt undone, listening workers woken so another one takes it at once.
--- CAS on id + status + claim_token.
+-- pending now, the attempt undone, in its place in the queue (its available_at, at most now),
+-- listening workers woken so another one takes it at once. CAS on id + status + claim_token.
 WITH released AS (
     UPDATE jobs
     SET
@@ -8,7 +8,7 @@ WITH released AS (
         claim_token = NULL,
         lease_expires_at = NULL,
         attempt_count = greatest(attempt_count - 1, 0),
-        available_at = clock_timestamp()
+        available_at = least(available_at, clock_timestamp())
     WHERE id = %(id)s
         AND status = 'in_progress'
         AND claim_token = %(claim_token)s

@@ -3,7 +3,9 @@
 -- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
 -- Children are rescued only when their parent was locked first (%(locked_parents)s, see
 -- lock_expired_parents). Jobs back to pending wake listening workers. Each ended attempt
--- (with the token it held) goes into job_attempts in the same statement.
+-- (with the token it held) goes into job_attempts in the same statement. A rescued job keeps
+-- its place in the queue (its available_at, at most now): its worker died, the job did not
+-- fail, so it does not go behind everything enqueued since.
 WITH expired AS MATERIALIZED (
     SELECT id, claim_token
     FROM jobs
@@ -27,7 +29,7 @@ rescued AS (
         END,
         claim_token = NULL,
         lease_expires_at = NULL,
-        available_at = clock_timestamp(),
+        available_at = least(jobs.available_at, clock_timestamp()),
         failure_kind = 'lease_expired',
         last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
     FROM expired
