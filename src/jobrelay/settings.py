@@ -114,6 +114,14 @@ class Settings(BaseSettings):
     db_connect_timeout_s: float = Field(
         default=5.0, gt=0, description="How long one connection attempt may take, in seconds."
     )
+    db_idle_in_transaction_timeout_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="The server ends a session of this process left idle inside a transaction "
+        "this long (a frozen process then holds no row locks and no xmin horizon); 0 turns it "
+        "off. Direct connections only: through a transaction pooler set "
+        "idle_in_transaction_session_timeout on the role instead.",
+    )
 
     api_host: str = Field(default="127.0.0.1", description="API listen address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="API port.")

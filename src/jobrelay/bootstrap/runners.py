@@ -87,6 +87,7 @@ async def run_relay(
         max_size=relay_pool_size(settings),
         timeout_s=settings.db_connect_timeout_s,
         transaction_pooler=through_transaction_pooler(settings),
+        idle_in_transaction_timeout_s=settings.db_idle_in_transaction_timeout_s,
     )
     client_kwargs = endpoint.client_kwargs()
     client_kwargs["config"] = client_kwargs["config"].merge(

@@ -92,6 +92,7 @@ async def build_services(
         timeout_s=settings.db_connect_timeout_s,
         wait_s=settings.api_db_wait_s if serves_api else None,
         transaction_pooler=through_transaction_pooler(settings),
+        idle_in_transaction_timeout_s=settings.db_idle_in_transaction_timeout_s,
     )
     issuer = local_issuer(settings) if settings.auth_mode == "local" else None
     aws = endpoint or aws_endpoint(settings)

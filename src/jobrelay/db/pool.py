@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from importlib.metadata import version
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, pool_async
 from psycopg_pool.base import AttemptWithBackoff
@@ -60,6 +61,7 @@ async def open_pool(
     timeout_s: float = 5.0,
     wait_s: float | None = None,
     transaction_pooler: bool = False,
+    idle_in_transaction_timeout_s: float = 0.0,
 ) -> AsyncConnectionPool[Connection]:
     """Open a pool of dict-row connections; fail fast with `DatabaseUnavailable`.
 
@@ -69,17 +71,33 @@ async def open_pool(
     `transaction_pooler`: `dsn` goes through a transaction pooler (PgBouncer
     pool_mode=transaction), where consecutive transactions of one client may run on
     different server connections: psycopg must not prepare statements there.
+    `idle_in_transaction_timeout_s` (> 0, direct connections only): the server ends a session
+    left idle inside a transaction that long, so a frozen process (SIGSTOP, a debugger, a
+    stalled VM) does not hold its row locks, and the xmin horizon, until it wakes. Through a
+    transaction pooler a session setting would leak to other clients: set it on the role.
     """
     _install_capped_reconnect()
     await check_connection(dsn, timeout_s=timeout_s)
     kwargs: dict[str, object] = {"row_factory": dict_row, "autocommit": True}
     if transaction_pooler:
         kwargs["prepare_threshold"] = None
+    configure = None
+    if idle_in_transaction_timeout_s > 0 and not transaction_pooler:
+        timeout_ms = max(1, round(idle_in_transaction_timeout_s * 1000))
+
+        async def configure(conn: Connection) -> None:
+            await conn.execute(
+                sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+                    sql.Literal(timeout_ms)
+                )
+            )
+
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,
+        configure=configure,
         timeout=timeout_s * 6 if wait_s is None else wait_s,
         open=False,
         name="jobrelay",
