@@ -7,7 +7,7 @@ error names the offending value.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 # Concurrency classes are data: any name of this shape, declared by the job types that use
@@ -42,6 +42,27 @@ def check_class_name(name: str) -> str:
     return name
 
 
+def key_values(text: str, *, what: str, expected: str, key: str) -> Iterator[tuple[str, str, str]]:
+    """The `KEY=VALUE` parts of a comma-separated setting, as (part, key, value), stripped.
+
+    Empty parts are skipped; a part without `=`, key or value, or a key given twice, raises
+    `ConfigError` naming `what` and the part (`expected` shows the shape, e.g.
+    `CLASS=N, e.g. ai=2`; `key` names what a key is in the duplicate message).
+    """
+    seen: set[str] = set()
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        name, sep, value = (p.strip() for p in part.partition("="))
+        if not sep or not name or not value:
+            raise ConfigError(f"invalid {what} {part!r}: expected {expected}")
+        if name in seen:
+            raise ConfigError(f"invalid {what} {text!r}: {key} {name!r} given twice")
+        seen.add(name)
+        yield part, name, value
+
+
 def parse_class_counts(text: str, *, what: str, minimum: int = 0) -> dict[str, int]:
     """`"ai=2,default=8"` -> `{"ai": 2, "default": 8}`.
 
@@ -49,20 +70,13 @@ def parse_class_counts(text: str, *, what: str, minimum: int = 0) -> dict[str, i
     empty mapping. Raises `ConfigError` naming `what` and the bad part.
     """
     counts: dict[str, int] = {}
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name or not value:
-            raise ConfigError(f"invalid {what} {part!r}: expected CLASS=N, e.g. ai=2,default=8")
+    for part, name, value in key_values(
+        text, what=what, expected="CLASS=N, e.g. ai=2,default=8", key="class"
+    ):
         try:
             check_class_name(name)
         except ConfigError as exc:
             raise ConfigError(f"invalid {what} {part!r}: {exc}") from None
-        if name in counts:
-            raise ConfigError(f"invalid {what} {text!r}: class {name!r} given twice")
         try:
             number = int(value)
         except ValueError:
@@ -158,19 +172,12 @@ def parse_class_rates(text: str, *, what: str) -> dict[str, Rate]:
     """`"ai=60/min,default=30/10s"` -> rates per class. Raises `ConfigError` naming `what`
     and the bad part."""
     rates: dict[str, Rate] = {}
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name or not value:
-            raise ConfigError(f"invalid {what} {part!r}: expected CLASS=RATE, e.g. ai=60/min")
+    for part, name, value in key_values(
+        text, what=what, expected="CLASS=RATE, e.g. ai=60/min", key="class"
+    ):
         try:
             check_class_name(name)
         except ConfigError as exc:
-            raise ConfigError(f"invalid {what}: {exc}") from None
-        if name in rates:
-            raise ConfigError(f"invalid {what}: class {name!r} appears twice")
+            raise ConfigError(f"invalid {what} {part!r}: {exc}") from None
         rates[name] = parse_rate(value, what=f"{what} rate of {name!r}")
     return rates
