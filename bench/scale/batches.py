@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import itertools
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -35,12 +34,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
 from bench.batches_common import Env, environment
+from bench.scale import RunInfo
 from jobrelay.auth.local_issuer import LocalIssuer
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.batches.service import recount_batch, settle_cancels
@@ -165,11 +164,7 @@ async def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ")
-    commit = subprocess.run(  # noqa: ASYNC221 (once, before anything is timed)
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    load_before = os.getloadavg()
+    run = RunInfo()
     results: dict[str, dict[int, float]] = {}
 
     def record(metric: str, size: int, ms: float) -> None:
@@ -261,13 +256,8 @@ async def main() -> None:
             finally:
                 process.terminate()
                 process.wait(timeout=30)
-    load_after = os.getloadavg()
     print()
-    print(
-        f"date {started}, commit {commit}, {platform.node()} ({os.cpu_count()} cores), "
-        f"load average before {load_before[0]:.2f}/{load_before[1]:.2f}, "
-        f"after {load_after[0]:.2f}/{load_after[1]:.2f}"
-    )
+    print(run.footer())
     header = "| metric (median ms) | " + " | ".join(f"{s:,}" for s in sizes)
     growth = [f"x{b // a} growth" for a, b in itertools.pairwise(sizes)]
     print(header + " | " + " | ".join(growth) + " |")

@@ -29,17 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
-import platform
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.batches_common import FAST
 from bench.fairness import _wait_for
+from bench.scale import RunInfo
 from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
@@ -143,11 +140,7 @@ async def main() -> None:
     args = parser.parse_args()
     pending_sizes = [int(s) for s in args.pending.split(",")]
     dedupe_sizes = [int(s) for s in args.dedupe.split(",")]
-    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ")
-    commit = subprocess.run(  # noqa: ASYNC221 (once, before anything is timed)
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    load_before = os.getloadavg()
+    run = RunInfo()
     results: dict[str, dict[str, float]] = {}
 
     def record(metric: str, size: str, value: float) -> None:
@@ -219,13 +212,8 @@ async def main() -> None:
                 await pool.close()
         finally:
             server.stop()
-    load_after = os.getloadavg()
     print()
-    print(
-        f"date {started}, commit {commit}, {platform.node()} ({os.cpu_count()} cores), "
-        f"load average before {load_before[0]:.2f}/{load_before[1]:.2f}, "
-        f"after {load_after[0]:.2f}/{load_after[1]:.2f}"
-    )
+    print(run.footer())
     for metric, by_size in results.items():
         labels = list(by_size)
         values = [by_size[k] for k in labels]
