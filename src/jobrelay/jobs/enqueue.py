@@ -296,17 +296,42 @@ def _document(rows: list[_Row]) -> str:
 
 
 async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
-    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_new.sql),
-    or a COPY for many jobs without a delay (`_copy_new`)."""
+    """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_one.sql
+    for one job, enqueue_new.sql for more), or a COPY for many jobs without a delay
+    (`_copy_new`)."""
     if len(rows) >= COPY_MIN_ROWS and all(r.delay_s == 0.0 and r.run_at is None for r in rows):
         await _copy_new(conn, rows)
     else:
-        cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
+        if len(rows) == 1:
+            cursor = await conn.execute(_QUERIES.enqueue_one, _parameters(rows[0]))
+        else:
+            cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
         if cursor.rowcount != len(rows):
             if cursor.rowcount == 0:
                 raise Paused("enqueueing is paused by the operator (jobs_control)")
             raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
     return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
+
+
+def _parameters(r: _Row) -> dict[str, Any]:
+    """One row as enqueue_one.sql's parameters."""
+    return {
+        "id": r.id,
+        "type": r.job_type.name,
+        "payload": _COMPACT.encode(r.stored_payload())
+        if r.payload_json is None
+        else r.payload_json,
+        "revision": r.revision,
+        "source_key": r.source_key,
+        "concurrency_class": r.concurrency_class,
+        "priority": r.priority,
+        "max_attempts": r.max_attempts,
+        "run_at": r.run_at,
+        "delay_s": r.delay_s,
+        "parent_id": r.parent_id,
+        "role": str(r.job_type.role),
+        "fairness_key": r.fairness_key,
+    }
 
 
 async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
