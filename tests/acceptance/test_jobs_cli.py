@@ -115,5 +115,11 @@ def test_attempts_and_list_filters(db_dsn: str) -> None:
         assert [j["id"] for j in listed["items"]] == [keyed_id], args
     bad = _jobs(db_dsn, "list", "--status", "bogus")
     assert bad.returncode == 2 and "unknown status" in bad.stderr
+    recent = json.loads(_jobs(db_dsn, "list", "--created-from", "2000-01-01").stdout)["items"]
+    assert keyed_id in [j["id"] for j in recent]
+    future = _jobs(db_dsn, "list", "--finished-from", "2999-01-01T00:00:00+00:00").stdout
+    assert json.loads(future)["items"] == []
+    malformed = _jobs(db_dsn, "list", "--created-to", "yesterday")
+    assert malformed.returncode == 2 and "--created-to" in malformed.stderr
     missing = _jobs(db_dsn, "attempts", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 2 and "not found" in missing.stderr

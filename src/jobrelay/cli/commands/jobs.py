@@ -189,6 +189,20 @@ def enqueue_command(
     _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
 
 
+def _time(text: str | None, option: str) -> dt.datetime | None:
+    """A list filter's time: ISO 8601, a date alone or a time without an offset is UTC."""
+    if text is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        message = "must be an ISO 8601 date or date-time, e.g. 2026-12-01T18:00:00Z"
+        raise InvalidInput(
+            f"invalid {option} {text!r}: {message}", [FieldError(option, message)]
+        ) from None
+    return when if when.utcoffset() is not None else when.replace(tzinfo=dt.UTC)
+
+
 def _run_at(text: str) -> dt.datetime:
     message = "must be an RFC 3339 date-time with an offset, e.g. 2026-12-24T18:00:00+01:00"
     try:
@@ -218,10 +232,15 @@ def list_command(
     concurrency_class: str | None = typer.Option(None, "--class", help="Only this class."),
     source_key: str | None = typer.Option(None, help="Only this source key."),
     dedupe_key: str | None = typer.Option(None, help="Only this dedupe key."),
+    created_from: str | None = typer.Option(None, help="Created at or after (ISO 8601)."),
+    created_to: str | None = typer.Option(None, help="Created before (ISO 8601)."),
+    finished_from: str | None = typer.Option(None, help="Finished at or after (ISO 8601)."),
+    finished_to: str | None = typer.Option(None, help="Finished before (ISO 8601)."),
     limit: int = typer.Option(50, help="Page size (1-500)."),
     before: str | None = typer.Option(None, help="Cursor: the nextCursor of the last page."),
 ) -> None:
-    """List jobs, newest first (the filters of GET /v1/jobs without the time ranges)."""
+    """List jobs, newest first, with the filters of GET /v1/jobs (times: ISO 8601, a time
+    without an offset is UTC)."""
     cursor = _job_id(before) if before else None
     job_filter = JobFilter(
         type=job_type,
@@ -229,6 +248,10 @@ def list_command(
         concurrency_class=concurrency_class,
         source_key=source_key,
         dedupe_key=dedupe_key,
+        created_from=_time(created_from, "--created-from"),
+        created_to=_time(created_to, "--created-to"),
+        finished_from=_time(finished_from, "--finished-from"),
+        finished_to=_time(finished_to, "--finished-to"),
     )
     page = _with_services(lambda s: s.jobs.list_jobs(filter=job_filter, limit=limit, before=cursor))
     _print(JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before))
