@@ -55,6 +55,7 @@ class Job:
     parent_id: uuid.UUID | None
     source_key: str | None
     concurrency_class: str
+    fairness_key: str | None
     priority: int
     attempt_count: int
     max_attempts: int
@@ -83,6 +84,7 @@ class Job:
             parent_id=row["parent_id"],
             source_key=row["source_key"],
             concurrency_class=row["concurrency_class"],
+            fairness_key=row["fairness_key"],
             priority=row["priority"],
             attempt_count=row["attempt_count"],
             max_attempts=row["max_attempts"],

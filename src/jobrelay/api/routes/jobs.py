@@ -56,6 +56,10 @@ class JobOut(ApiModel):
     parent_id: uuid.UUID | None
     source_key: str | None
     concurrency_class: str
+    fairness_key: str | None = Field(
+        description="The tenant this job takes turns as in its class (its type's fairness "
+        "key); null: the shared group"
+    )
     priority: int
     attempt_count: int
     max_attempts: int
