@@ -15,8 +15,10 @@ autovacuum as configured), migrated to head. In-process:
 - a probe: ten times a second, one claim of one job by the worker's own statement in a
   transaction that is rolled back (it changes nothing), timed;
 - with `--pin-xmin`: a REPEATABLE READ transaction that took a snapshot and an xid at the
-  start and stays open to the end (an idle-in-transaction session, an open cursor, a stuck
-  replica feedback: vacuum can remove nothing newer).
+  start and stays open (an idle-in-transaction session, an open cursor, a stuck replica
+  feedback: vacuum can remove nothing newer) to the end, or until minute
+  `--release-after-min`, when it ends (as `idle_in_transaction_session_timeout` or an
+  operator would end it) and the rest of the run shows the recovery.
 
 Every `--window-s` (60 s) one CSV row: minute, probe p50/p99 (ms), dead and live tuples of
 `jobs` (pg_stat_user_tables), its size with indexes (MB), pending jobs, completed so far,
@@ -128,6 +130,13 @@ async def soak(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
                 probes.append(await _probe(conn))
                 await asyncio.sleep(0.1)
 
+    async def release() -> None:
+        if pin is None or args.release_after_min is None:
+            return
+        await asyncio.sleep(args.release_after_min * 60)
+        await pin.close()
+        print(f"# minute {args.release_after_min}: the pinned transaction ended", flush=True)
+
     async def sample() -> None:
         minute = 0
         started = time.monotonic()
@@ -157,14 +166,14 @@ async def soak(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
     await worker.start()
-    tasks = [asyncio.create_task(t()) for t in (enqueue, probe, sample)]
+    tasks = [asyncio.create_task(t()) for t in (enqueue, probe, sample, release)]
     try:
         await asyncio.sleep(args.minutes * 60)
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await worker.stop()
-        if pin is not None:
+        if pin is not None and not pin.closed:
             await pin.close()
         await pool.close()
     return rows
@@ -175,6 +184,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--rate", type=int, default=100, help="jobs enqueued per second")
     parser.add_argument("--pin-xmin", action="store_true")
+    parser.add_argument(
+        "--release-after-min", type=float, default=None, help="end the pinned transaction then"
+    )
     parser.add_argument("--retention-s", type=float, default=600.0)
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--out", required=True, help="CSV of one row per window")
@@ -185,7 +197,8 @@ def main() -> None:
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ")
     print(
         f"# soak {started} commit {commit} rate {args.rate}/s minutes {args.minutes} "
-        f"pin_xmin {args.pin_xmin} retention {args.retention_s}s load {os.getloadavg()}",
+        f"pin_xmin {args.pin_xmin} release_after_min {args.release_after_min} "
+        f"retention {args.retention_s}s load {os.getloadavg()}",
         flush=True,
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,6 +213,7 @@ def main() -> None:
     with out.open("w", newline="") as f:
         f.write(
             f"# soak {started} commit {commit} rate {args.rate}/s pin_xmin {args.pin_xmin} "
+            f"released at minute {args.release_after_min} "
             f"retention {args.retention_s}s window {args.window_s}s\n"
         )
         writer = csv.DictWriter(f, fieldnames=FIELDS)
