@@ -172,3 +172,23 @@ async def test_a_small_cancel_still_marks_everything_in_its_own_transaction(
         batch["id"],
     )
     assert row["settled"]
+
+
+async def test_deleting_a_batch_whose_cancel_is_settling_settles_it(
+    small_inline_api: ApiHarness, pool: Pool
+) -> None:
+    api = small_inline_api
+    scope = await api.tenant("alice")
+    batch = await create_batch(api, scope, page_items(50))
+    url = f"/v1/batches/{batch['id']}"
+    assert (await api.client.post(f"{url}/cancel", headers=api.headers())).status_code == 202
+    assert (await api.client.delete(url, headers=api.headers())).status_code == 204
+    [row] = await fetch(
+        pool,
+        "SELECT cancel_settled_at IS NOT NULL AS settled, "
+        "(SELECT count(*) FROM page_import WHERE batch_id = b.id AND status = '0') AS left "
+        "FROM batch b WHERE id = %s",
+        batch["id"],
+    )
+    assert (row["settled"], row["left"]) == (True, 0)
+    assert await settle_cancels(pool, actor="sweeper") == 0

@@ -4,7 +4,12 @@ WITH b AS (
     UPDATE batch
     SET deleted_at = clock_timestamp(),
         deleted_by = %(actor)s,
-        updated_by = %(actor)s
+        updated_by = %(actor)s,
+        -- a cancel still settling in the background is settled by this delete (it cancels
+        -- what has not ended), which takes the batch out of batch_cancelling_idx
+        cancel_settled_at = CASE
+            WHEN cancelled_at IS NOT NULL THEN coalesce(cancel_settled_at, clock_timestamp())
+        END
     WHERE id = %(batch_id)s
       AND deleted_at IS NULL
     RETURNING id
