@@ -86,6 +86,17 @@ def check_jobs(dsn: str, ledger: Ledger, finishes: list[Finish]) -> list[str]:
         outputs: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
         for row in conn.execute("SELECT job_id, claim_token FROM chaos_output"):
             outputs[row["job_id"]].append(row["claim_token"])
+        # Over every job, not only the accepted ones: an enqueue whose commit reached the
+        # database while the crash cut its answer (a 503 to the client) is a real job that
+        # runs and writes its output.
+        stray = [
+            r["job_id"]
+            for r in conn.execute(
+                "SELECT DISTINCT o.job_id FROM chaos_output AS o"
+                " LEFT JOIN jobs AS j ON j.id = o.job_id"
+                " WHERE j.status IS DISTINCT FROM 'completed'"
+            )
+        ]
     finished_tokens: dict[uuid.UUID, set[uuid.UUID]] = defaultdict(set)
     for finish in finishes:
         finished_tokens[finish.job_id].add(finish.token)
@@ -107,7 +118,6 @@ def check_jobs(dsn: str, ledger: Ledger, finishes: list[Finish]) -> list[str]:
             bad_output += 1
         if token == uuid.UUID(int=0):
             bad_token += 1
-    stray = [job_id for job_id in outputs if jobs.get(job_id, {}).get("status") != "completed"]
     if bad_token:
         problems.append(f"{bad_token} completed jobs carry no claim token in their result")
     if no_finish:
