@@ -89,6 +89,13 @@ class _Row:
             self.payload = payload_dict(self.model)
         return self.payload
 
+    def stored_json(self) -> str:
+        """The payload as stored, as compact JSON text: the text the size limit measured,
+        or the folded dict encoded again."""
+        if self.payload_json is None:
+            return _COMPACT.encode(self.stored_payload())
+        return self.payload_json
+
     def as_json(self) -> dict[str, Any]:
         """The row as the enqueue statements read it (`jsonb_to_recordset`)."""
         return {
@@ -318,9 +325,7 @@ def _parameters(r: _Row) -> dict[str, Any]:
     return {
         "id": r.id,
         "type": r.job_type.name,
-        "payload": _COMPACT.encode(r.stored_payload())
-        if r.payload_json is None
-        else r.payload_json,
+        "payload": r.stored_json(),
         "revision": r.revision,
         "source_key": r.source_key,
         "concurrency_class": r.concurrency_class,
@@ -352,9 +357,8 @@ async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
 
 def _copy_line(r: _Row) -> str:
     """One row of enqueue_copy.sql in COPY text format (`\\N` is NULL)."""
-    payload = _COMPACT.encode(r.stored_payload()) if r.payload_json is None else r.payload_json
     return (
-        f"{r.id}\t{_copy_text(r.job_type.name)}\t{_copy_text(payload)}\t"
+        f"{r.id}\t{_copy_text(r.job_type.name)}\t{_copy_text(r.stored_json())}\t"
         f"{r.revision}\t{_copy_text(r.source_key)}\t{_copy_text(r.concurrency_class)}\t"
         f"{r.priority}\t{r.max_attempts}\t{_copy_text(r.parent_id)}\t"
         f"{r.job_type.role!s}\t{_copy_text(r.fairness_key)}\n"
