@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import InvalidInput, Paused
 from jobrelay.domain.jobs import EnqueueOutcome
-from jobrelay.jobs.enqueue import COPY_MIN_ROWS, EnqueueRequest
+from jobrelay.jobs.enqueue import COPY_CHUNK_ROWS, COPY_MIN_ROWS, EnqueueRequest
 from tests.jobs_support import fetch, row, service
 
 Pool = AsyncConnectionPool[Connection]
@@ -302,6 +302,47 @@ async def test_bulk_copy_path_respects_pause_and_the_callers_transaction(pool: P
         await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
     with pytest.raises(Paused):
         await jobs.enqueue_many(many)
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_streamed_copy_stores_nothing_when_a_late_chunk_is_invalid(pool: Pool) -> None:
+    """A bulk call streams its COPY chunk by chunk; a bad request after chunks were already
+    sent aborts the COPY: nothing stored, every bad field named, and the caller's own
+    transaction (the savepoint) is still usable and keeps its earlier write."""
+    jobs = service(pool)
+    n = 3 * COPY_CHUNK_ROWS + 7
+    requests = [EnqueueRequest("diag.sleep", {"seconds": 0}) for _ in range(n)]
+    requests[COPY_CHUNK_ROWS + 5] = EnqueueRequest("diag.sleep", {"seconds": -1})
+    requests[n - 1] = EnqueueRequest("diag.sleep", {"seconds": 0}, max_attempts=0)
+    async with pool.connection() as conn, conn.transaction():
+        kept = await jobs.enqueue_many([EnqueueRequest("diag.noop", {"i": -1})], conn=conn)
+        with pytest.raises(InvalidInput) as refused:
+            await jobs.enqueue_many(requests, conn=conn)
+        await conn.execute("SELECT 1")  # the transaction is not aborted
+    assert [e.path for e in refused.value.errors] == [
+        f"{COPY_CHUNK_ROWS + 5}.payload.seconds",
+        f"{n - 1}.maxAttempts",
+    ]
+    assert [r["id"] for r in await fetch(pool, "SELECT id FROM jobs")] == [kept[0].id]
+    # The same requests, mended, go through on a fresh connection.
+    requests[COPY_CHUNK_ROWS + 5] = EnqueueRequest("diag.sleep", {"seconds": 0})
+    requests[n - 1] = EnqueueRequest("diag.sleep", {"seconds": 0})
+    results = await jobs.enqueue_many(requests)
+    assert len({r.id for r in results}) == n
+    assert len(await fetch(pool, "SELECT id FROM jobs")) == n + 1
+
+
+async def test_paused_bulk_names_invalid_input_first(pool: Pool) -> None:
+    """While paused, a bulk call with a bad request answers with the bad field (the
+    client's fault, fixable now), not the pause."""
+    jobs = service(pool)
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
+    requests = [EnqueueRequest("diag.sleep", {"seconds": 0}) for _ in range(COPY_MIN_ROWS)]
+    requests[3] = EnqueueRequest("diag.sleep", {"seconds": -1})
+    with pytest.raises(InvalidInput) as refused:
+        await jobs.enqueue_many(requests)
+    assert [e.path for e in refused.value.errors] == ["3.payload.seconds"]
     assert await fetch(pool, "SELECT id FROM jobs") == []
 
 
