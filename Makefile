@@ -48,6 +48,29 @@ test-long: SYSTEM_PACKAGES = pgbouncer chromium
 test-long: system-packages $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
+# The published benchmark tables of docs/benchmarks.md (issue 16) at their published sizes,
+# one after the other; hours on 2 cores, so run it on a quiet machine. Figures go to stdout
+# (and bench/chaos/results/*.jsonl, bench/peers/results/); docs/benchmarks.md says which
+# table each command fills. The peer table needs the shared peer harness (PEERS_DIR=...);
+# the 60-minute soak runs with BENCH_SOAK=1.
+bench: $(STAMP)
+	$(PY) -m bench.scale.jobs
+	$(PY) -m bench.scale.batches --reps 30
+	$(PY) -m bench.console
+	$(PY) -m bench.e2e_batches --items 400
+	$(PY) -m bench.chaos worker-kill --size 20000 --out bench/chaos/results/worker-kill.jsonl
+	$(PY) -m bench.chaos worker-stop --size 20000 --setting JOBRELAY_DB_IDLE_IN_TRANSACTION_TIMEOUT_S=5 --out bench/chaos/results/worker-stop.jsonl
+	$(PY) -m bench.chaos backend-storm --size 20000 --out bench/chaos/results/backend-storm.jsonl
+	$(PY) -m bench.chaos db-restart --size 5000 --out bench/chaos/results/db-restart.jsonl
+	$(PY) -m bench.chaos batch-kill --size 5000 --out bench/chaos/results/batch-kill.jsonl
+	@if [ -n "$(PEERS_DIR)" ]; then PEERS_DIR="$(PEERS_DIR)" PEERS="jobrelay jobrelay_durable procrastinate pgqueuer pgqueuer_pool oban chancy bare_insert" bench/peers/run_with_peers.sh; else echo "==> peer table skipped: set PEERS_DIR to the peer harness"; fi
+	@if [ "$(BENCH_SOAK)" = 1 ]; then \
+		$(PY) -m bench.soak --minutes 60 --rate 100 --out bench/results/soak-free.csv & \
+		$(PY) -m bench.soak --minutes 60 --rate 100 --pin-xmin --release-after-min 45 --out bench/results/soak-pinned.csv; \
+		wait; \
+		$(PY) -m bench.soak_plot bench/results/soak-free.csv bench/results/soak-pinned.csv --png docs/images/soak.png; \
+	else echo "==> 60-minute soak skipped: BENCH_SOAK=1 runs it"; fi
+
 # The same suite on Debian's PostgreSQL 15 server (started by the test harness on a loopback
 # port with its own data directory) instead of the embedded PostgreSQL 18.
 test-pg15: system-packages lint typecheck layers
