@@ -56,8 +56,9 @@ test-long: system-packages $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.scale.jobs
 	$(PY) -m bench.scale.batches --reps 30
-	$(PY) -m bench.console
-	$(PY) -m bench.e2e_batches --items 400
+	for n in 10000 100000 1000000; do BENCH_CONSOLE_JOBS=$$n $(PY) -m bench.console || exit 1; done
+	$(PY) -m bench.e2e_batches --items 2000
+	$(PY) -m bench.e2e_batches --items 10000 --workers 4 --no-baseline
 	$(PY) -m bench.chaos worker-kill --size 20000 --out bench/chaos/results/worker-kill.jsonl
 	$(PY) -m bench.chaos worker-stop --size 20000 --setting JOBRELAY_DB_IDLE_IN_TRANSACTION_TIMEOUT_S=5 --out bench/chaos/results/worker-stop.jsonl
 	$(PY) -m bench.chaos backend-storm --size 20000 --out bench/chaos/results/backend-storm.jsonl
