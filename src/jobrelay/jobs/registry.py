@@ -384,7 +384,7 @@ _DISCRIMINATOR = {"type"}
 def payload_dict(payload: JobPayload) -> dict[str, Any]:
     """The stored form of a payload: JSON-ready, camelCase, without the `type`
     discriminator."""
-    return payload.model_dump(mode="json", by_alias=True, exclude={"type"})
+    return payload.model_dump(mode="json", by_alias=True, exclude=_DISCRIMINATOR)
 
 
 def payload_json(payload: JobPayload) -> bytes:
