@@ -72,6 +72,7 @@ def test_why_prints_the_diagnosis_as_the_api_sends_it(db_dsn: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a dozen one-shot CLI processes (~30 s): kept out of `make test`'s budget
 def test_attempts_and_list_filters(db_dsn: str) -> None:
     failing = _jobs(db_dsn, "enqueue", "diag.fail", "--payload", '{"kind": "permanent"}')
     assert failing.returncode == 0, failing.stderr
