@@ -7,7 +7,8 @@ iteration fails (one line when it starts failing, one when it recovers). `signal
 iterations, errors and rows acted on, so tests poll events instead of sleeping.
 
 * `LeaseKeeper`: ONE batched heartbeat statement per worker every lease/3 for all its
-  running jobs; a job missing from the answer lost its lease and its handler is cancelled.
+  running jobs (through a `jobs.buffer.Buffer`, as the completer's completions); a job
+  missing from the answer lost its lease and its handler is cancelled.
 * `LeaseRescuer`: expired leases back to pending (or failed `lease_expired`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
@@ -29,11 +31,14 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.jobs import claims
+from jobrelay.jobs.buffer import Buffer
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
 LISTEN_JOBS = Queries("jobrelay.jobs").listen_jobs  # the channel of enqueue wake-ups
+# Held jobs per heartbeat statement: a worker holds slots + prefetch jobs, so one statement.
+HEARTBEATS_MAX = 1000
 
 
 class _PoolLoop(Loop):
@@ -117,7 +122,11 @@ class Pruner(_PoolLoop):
 
 class LeaseKeeper(Loop):
     """Heartbeats: `held()` gives the jobs whose handlers run now; `lost(job)` is called
-    for each one whose claim the database no longer gives to this worker."""
+    for each one whose claim the database no longer gives to this worker.
+
+    Every lease/3 the held jobs replace what waits in a `jobs.buffer.Buffer` (a heartbeat
+    is a state, not an event: a snapshot that failed to go out is not worth sending after
+    a fresher one) and go out `HEARTBEATS_MAX` per statement."""
 
     name = "lease-keeper"
 
@@ -134,18 +143,23 @@ class LeaseKeeper(Loop):
         self._pool = pool
         self._held = held
         self._lost = lost
+        self.beats: Buffer[ClaimedJob] = Buffer(max_size=HEARTBEATS_MAX)
 
     async def _run(self) -> None:
         await asyncio.sleep(self.interval_s)  # a fresh claim carries a full lease
         await super()._run()
 
     async def run_once(self) -> int:
-        jobs = list(self._held())
-        if not jobs:
-            return 0
+        self.beats.replace(self._held())
+        gone = 0
+        while self.beats.waiting:
+            batch, kept = await self.beats.flush(self._beat)
+            for job in batch:
+                if job.claim_token not in kept:
+                    gone += 1
+                    self._lost(job)
+        return gone
+
+    async def _beat(self, jobs: list[ClaimedJob]) -> set[uuid.UUID]:
         async with self._pool.connection() as conn:
-            kept = await claims.heartbeat_many(conn, jobs, lease_s=self.lease_s)
-        gone = [job for job in jobs if job.claim_token not in kept]
-        for job in gone:
-            self._lost(job)
-        return len(gone)
+            return await claims.heartbeat_many(conn, jobs, lease_s=self.lease_s)
