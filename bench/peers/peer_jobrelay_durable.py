@@ -26,8 +26,9 @@ async def _durable_claim_session(conn: Connection) -> None:
         raise RuntimeError(f"the claim connection kept synchronous_commit={row!r}")
 
 
-# The worker builds its claim pool with `claims.configure_claim_session` (worker.py); this
-# process only runs the benchmark, so replacing it here changes nothing else.
+# The worker's producer builds its claim pool with `claims.configure_claim_session`
+# (producer.py, at construction); this process only runs the benchmark, so replacing it
+# here changes nothing else.
 claims.configure_claim_session = _durable_claim_session
 
 

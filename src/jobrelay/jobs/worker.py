@@ -1,27 +1,18 @@
-"""The jobs worker: claim, run, heartbeat, settle, shut down (DESIGN.md section 3).
+"""The jobs worker: builds, starts, supervises and stops its parts (DESIGN.md section 3).
 
-One `Worker` per process. Its loops share one shape (`jobrelay.loops`: validated
-keyword-only construction, `start`/`stop`, named tasks, log-and-continue with a capped
-backoff, one log line when a loop starts failing and one when it recovers). The claim and
-flush loops are hot paths: they keep their own `while` and use the same `Backoff` and
-`Health` rather than the `Loop` class, whose fixed rest between iterations they cannot have.
+One `Worker` per process, made of three parts and the loops around them:
 
-* `jobrelay-worker-claim`: claims, per concurrency class, as many jobs as that class has
-  free slots (one `claim_jobs` statement on a connection that runs only claims, whose
-  commits do not wait for the WAL flush; global caps and per-source serialization are
-  enforced there), runs each job in its own task and waits until a slot of a class that may
-  have more work frees, a notification arrives (LISTEN/NOTIFY on enqueue) or the poll
-  interval passes.
-* `jobrelay-worker-flush`: records finished jobs on its own connection, many per durable
-  commit (one batched `complete_jobs` statement, parents reconciled in the same
-  transaction). A batch commits while the next one accumulates, so the claim loop never
-  waits for a durable commit. When more than 4 completions per slot wait for it, a finished
-  job keeps its slot until its completion is recorded (`hold_slot_until_recorded`, at most
-  one lease), which bounds the finished handlers a SIGKILL can make run again to 5 x slots.
-* `LeaseKeeper`: one batched heartbeat statement every lease/3 for all running jobs; a job
-  the database no longer gives to this worker has its handler cancelled (`LeaseLost`).
-* `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the claim
-  loop on each notification and after each reconnect.
+* `jobs.producer.Producer` (`jobrelay-worker-claim`): claims jobs into the free slots of
+  each concurrency class (plus prefetch) on a claim connection of its own, holds the
+  backlog and starts a run per job as slots free.
+* `jobs.executor.Executor`: one run of one job, from its payload to its recorded outcome
+  (timeout, exception classification, retry decision, fenced writes).
+* `jobs.completer.Completer` (`jobrelay-worker-flush`): records plain completions many per
+  durable commit, with the bounded flush window (`hold_slot_until_recorded`).
+* `LeaseKeeper`: one batched heartbeat statement every lease/3 for every job the producer
+  holds; a job the database no longer gives to this worker has its handler cancelled.
+* `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the
+  producer on each notification and after each reconnect.
 * `jobrelay-worker-presence`: a `Periodic` upserting this worker's `worker_heartbeat` row
   (id, slots per class, global caps) every lease/3 (`jobs.presence`); the row is deleted
   when the worker stops claiming on a clean stop. Diagnoses read it ("no worker serves
@@ -29,43 +20,35 @@ flush loops are hot paths: they keep their own `while` and use the same `Backoff
 * `LeaseRescuer`, `ParentReconciler`, `Pruner`, the declared sweeps: see `maintenance.py`.
 * `ScheduleTicker` (when schedules are declared): see `ticker.py`.
 
-Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, let running jobs
-finish for `shutdown_grace_s`, then cancel the rest and release their claims (pending at
-once, attempt undone, workers notified) so another worker takes them without waiting for
-the lease; record every completion; stop the loops.
+Every loop has the one shape of `jobrelay.loops` (validated keyword-only construction,
+`start`/`stop`, named tasks, log-and-continue with a capped backoff, one log line when a
+loop starts failing and one when it recovers).
 
-An unexpected exception from a handler is classified (`domain.retry.classify`: retryable
-unless it is a known permanent kind), recorded with its message in `last_error`, and the
-worker keeps running.
+Shutdown (`stop()`, SIGTERM/SIGINT in `jobrelay worker`): stop claiming, forget this
+worker's presence, release the backlog, let running jobs finish for `shutdown_grace_s`,
+then cancel the rest and release their claims (pending at once, attempt undone, workers
+notified) so another worker takes them without waiting for the lease; record every
+completion; stop the loops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
 import random
-import time
-import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
-from pydantic import ValidationError
 
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
 from jobrelay.domain.jobs_config import DEFAULT_CLASS
-from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
-from jobrelay.jobs import claims, presence
-from jobrelay.jobs.claims import Completion, Done
+from jobrelay.jobs import presence
+from jobrelay.jobs.completer import Completer
 from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
+from jobrelay.jobs.executor import Executor
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.maintenance import (
     LISTEN_JOBS,
@@ -75,37 +58,16 @@ from jobrelay.jobs.maintenance import (
     Pruner,
 )
 from jobrelay.jobs.metrics import WorkerMetrics
-from jobrelay.jobs.models import ClaimedJob
-from jobrelay.jobs.registry import JobContext, JobType, Registry
+from jobrelay.jobs.producer import Producer
+from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.ticker import ScheduleTicker
 from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats, default_worker_id
-from jobrelay.loops import Backoff, Health, Loop, Periodic, retry
+from jobrelay.loops import Loop, Periodic
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_worker_id"]
 
 log = logging.getLogger("jobrelay.jobs.worker")
-T = TypeVar("T")
-_DEFAULT_POLICY = RetryPolicy()
-# The bounded flush window (hold_slot_until_recorded): unrecorded completions per slot
-# beyond which a finished job waits for the flush; a fast drain of short jobs stays below it.
-_FLUSH_WINDOW = 4
-_FLUSH_MAX = 1000
-# After failures in a row the claim loop waits 0.2 s, 0.4 s, ... up to 5 s (a listener that
-# reconnects wakes it sooner); the flush loop 0.1 s up to 2 s, since finished jobs wait on it;
-# recording one outcome retries from 50 ms up to 2 s while the database is unreachable.
-_CLAIM_BACKOFF = Backoff(base_s=0.2, cap_s=1.0)
-_FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
-_DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
 _FORGET_TIMEOUT_S = 2.0  # deleting the heartbeat row on stop; a stale row is harmless
-
-
-@dataclass(slots=True)
-class _Run:
-    job: ClaimedJob
-    task: asyncio.Task[None] | None = None
-    started: bool = False
-    settling: bool = False
-    lost: bool = False
 
 
 class Worker:
@@ -126,59 +88,59 @@ class Worker:
             known = {DEFAULT_CLASS, *registry.classes, *(t.concurrency_class for t in registry)}
             config = dataclasses.replace(config, slots=None, known_classes=tuple(sorted(known)))
         self._pool = pool
-        self._registry = registry
-        # Handlers create jobs (children) through the same validated enqueue as the API.
-        self._enqueuer = enqueuer or Enqueuer(
-            registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES, failpoints=failpoints
-        )
         self.config = config
-        self._rates = {**registry.rates, **config.rates}
-        self._jitter = jitter
-        self._failpoints = failpoints
         self.metrics = metrics or WorkerMetrics()
         self.metrics_port: int | None = None
         self.stats = WorkerStats()
-        # Runs by claim token, not job id: a job retried at once can be claimed again by
-        # this worker while the run that retried it is still returning its connection.
-        self._runs: dict[uuid.UUID, _Run] = {}
-        self._busy: Counter[str] = Counter()  # slots taken per class (running + held)
-        self._backlog: list[ClaimedJob] = []  # claimed ahead (prefetch), not started
-        self._wake = asyncio.Event()  # there may be work to claim, or stop requested
-        # Classes whose last claim got every job it asked for: more may be waiting, so a
-        # slot of theirs freeing is worth a claim. A class whose claim came back short waits
-        # for a notification (or the poll) instead of claiming again at every job's end.
-        self._hungry: set[str] = set(config.class_slots)
-        self._stop_requested = asyncio.Event()
-        self._flush_needed = asyncio.Event()
-        self._done: list[Done] = []
-        # Runs waiting for their buffered completion to be recorded, by claim token.
-        self._recorded: dict[uuid.UUID, asyncio.Future[None]] = {}
-        self._flushing = 0  # completions in the batch the flush loop is committing
-        self._closing = False
-        self._claim_idle = False
-        self._tasks: list[asyncio.Task[None]] = []
-        self.keeper = LeaseKeeper(
-            pool=pool, lease_s=config.lease_s, held=self._held, lost=self._lease_lost
+        self._started = False
+        # Handlers create jobs (children) through the same validated enqueue as the API.
+        enqueuer = enqueuer or Enqueuer(
+            registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES, failpoints=failpoints
         )
-        # Claims run on a connection of their own, set up for claims only (no durable
-        # commit to wait for, one generic plan); everything else uses the shared pool.
-        self._claim_pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-            pool.conninfo,
-            connection_class=pool.connection_class,
-            kwargs=pool.kwargs,
-            min_size=1,
-            max_size=1,
-            timeout=pool.timeout,
-            configure=claims.configure_claim_session if config.claim_session_settings else None,
-            open=False,
-            name=f"{pool.name}-claims",
+        self.completer = Completer(
+            pool=pool,
+            config=config,
+            freed=self._freed,
+            failpoints=failpoints,
+            stats=self.stats,
+            metrics=self.metrics,
+        )
+        self.executor = Executor(
+            pool=pool,
+            registry=registry,
+            enqueuer=enqueuer,
+            completer=self.completer,
+            config=config,
+            freed=self._freed,
+            jitter=jitter,
+            failpoints=failpoints,
+            stats=self.stats,
+            metrics=self.metrics,
+        )
+        rates = {**registry.rates, **config.rates}
+        self.producer = Producer(
+            pool=pool,
+            config=config,
+            rates=rates,
+            executor=self.executor,
+            stats=self.stats,
+            metrics=self.metrics,
+        )
+        self.keeper = LeaseKeeper(
+            pool=pool,
+            lease_s=config.lease_s,
+            held=self.producer.held,
+            lost=self.producer.lease_lost,
         )
         conninfo = config.listen_conninfo or (
             pool.conninfo if isinstance(pool.conninfo, str) else ""
         )
         self._listen = config.listen and bool(conninfo)
         self.listener = NotifyListener(
-            conninfo=conninfo, listen=[LISTEN_JOBS], notified=self._more_work, name="jobs-listener"
+            conninfo=conninfo,
+            listen=[LISTEN_JOBS],
+            notified=self.producer.more_work,
+            name="jobs-listener",
         )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
@@ -196,7 +158,7 @@ class Worker:
             self.ticker = ScheduleTicker(
                 pool=pool,
                 schedules=registry.schedules,
-                enqueuer=self._enqueuer,
+                enqueuer=enqueuer,
                 grace_s=config.schedule_grace_s,
             )
         self.presence = Periodic(
@@ -218,7 +180,11 @@ class Worker:
     @property
     def claim_idle(self) -> bool:
         """True while the claim loop waits for work (a notification, a free slot, a poll)."""
-        return self._claim_idle
+        return self.producer.idle
+
+    def _freed(self) -> None:
+        # A write freed a source or a capped slot in the database: worth a claim again.
+        self.producer.more_work()
 
     def _loops(self) -> list[Loop]:
         loops: list[Loop] = [
@@ -237,17 +203,16 @@ class Worker:
         return loops
 
     async def start(self) -> None:
-        if self._tasks:
+        """Start the loops, then claiming and recording."""
+        if self._started:
             raise RuntimeError("worker already started")
         if self.config.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.config.metrics_port)
         for loop in self._loops():
             await loop.start()
-        await self._claim_pool.open(wait=False)
-        self._tasks = [
-            asyncio.create_task(self._claim_loop(), name="jobrelay-worker-claim"),
-            asyncio.create_task(self._flush_loop(), name="jobrelay-worker-flush"),
-        ]
+        await self.producer.start()
+        self.completer.start()
+        self._started = True  # stop() undoes a complete start only, as it always did
         log.info(
             "worker %s started (slots %s, global caps %s)",
             self.worker_id,
@@ -258,32 +223,21 @@ class Worker:
     async def stop(self) -> None:
         """Stop claiming, let running jobs finish for `shutdown_grace_s`, release the rest,
         record every completion, then stop the loops."""
-        if not self._tasks:
+        if not self._started:
             return
-        self._stop_requested.set()
-        self._wake.set()
-        claim_task, flush_task = self._tasks
-        await asyncio.gather(claim_task, return_exceptions=True)
-        await self._claim_pool.close()
+        await self.producer.stop()
         await self._forget()  # claims no more: no longer serves its classes
-        await self._release_backlog()
-        running = [run.task for run in self._runs.values() if run.task is not None]
-        if running:
-            _, late = await asyncio.wait(running, timeout=self.config.shutdown_grace_s)
-            for run in list(self._runs.values()):
-                if run.task in late and not run.settling:
-                    run.task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        self._closing = True
-        self._flush_needed.set()
-        await asyncio.gather(flush_task, return_exceptions=True)
+        await self.producer.release_backlog()
+        await self.producer.finish(self.config.shutdown_grace_s)
+        await self.completer.stop()
         for loop in reversed(self._loops()):
             await loop.stop()
         self.metrics.close()
-        self._tasks = []
+        self._started = False
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
 
     async def run_until(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then stop (the CLI sets it on SIGTERM/SIGINT)."""
         await self.start()
         try:
             await stop.wait()
@@ -312,411 +266,3 @@ class Worker:
                 await presence.forget(conn, worker_id=self.worker_id)
         except Exception:
             log.warning("could not delete worker %s's heartbeat row", self.worker_id, exc_info=True)
-
-    # -- claim loop --------------------------------------------------------------------
-
-    def _free(self) -> tuple[dict[str, int], int]:
-        """Free slots per class and in all, plus what may be claimed ahead (prefetch)."""
-        ahead = self.config.prefetch - len(self._backlog)
-        total = self.config.total_slots - sum(self._busy.values()) + max(ahead, 0)
-        limits = {
-            c: n - self._busy[c] + max(ahead, 0)
-            for c, n in self.config.class_slots.items()
-            if n - self._busy[c] + max(ahead, 0) > 0
-        }
-        return limits, min(total, sum(limits.values()))
-
-    async def _claim_once(self, limits: dict[str, int], total: int) -> list[ClaimedJob]:
-        """Claim up to the free slots with one statement on the claim connection, whose
-        commits do not wait for the WAL flush (`claims.configure_claim_session`): a claim
-        never waits behind a durable commit; the flush loop records completions meanwhile."""
-        started = time.perf_counter()
-        async with self._claim_pool.connection() as conn:
-            jobs = await claims.claim(
-                conn,
-                worker_id=self.worker_id,
-                limit=total,
-                limits=limits,
-                caps=self.config.global_caps,
-                rates=self._rates,
-                fair=self.config.fair_claims,
-                lease_s=self.config.lease_s,
-            )
-        self.metrics.claim_latency.observe(time.perf_counter() - started)
-        return jobs
-
-    async def _claim_loop(self) -> None:
-        health = Health("worker-claim", backoff=_CLAIM_BACKOFF)
-        while not self._stop_requested.is_set():
-            limits, total = self._free()
-            if total <= 0:
-                self._wake.clear()
-                if self._free()[1] <= 0 and not self._stop_requested.is_set():
-                    await self._pause(self.config.poll_interval_s)
-                continue
-            self._wake.clear()
-            try:
-                jobs = await self._claim_once(limits, total)
-            except Exception as exc:
-                if claims.is_claim_race(exc):
-                    # Another claimer committed a job of the same source (or slot) after
-                    # this statement's snapshot; the unique index refused ours. Retry.
-                    self.stats.claim_races += 1
-                    log.debug("claim lost a race on %s; retrying", exc)
-                    await asyncio.sleep(0)
-                    continue
-                self.stats.errors += 1
-                await self._pause(health.failed(exc))
-                continue
-            health.ok()
-            self.stats.claims += 1
-            self.stats.claimed += len(jobs)
-            got = Counter(job.concurrency_class for job in jobs)
-            for cls, asked in limits.items():
-                if got[cls] >= asked:
-                    self._hungry.add(cls)
-                else:
-                    self._hungry.discard(cls)
-            for job in jobs:
-                self.metrics.claimed.labels(job.type).inc()
-                self._busy[job.concurrency_class] += 1
-                self._backlog.append(job)
-            self._start_backlog()
-            if len(jobs) < total:
-                await self._pause(self.config.poll_interval_s)
-
-    def _more_work(self) -> None:
-        """New work may be claimable (a notification, or a source or capped slot freed by
-        this worker): every class is worth a claim again."""
-        self._hungry.update(self.config.class_slots)
-        self._wake.set()
-
-    async def _pause(self, timeout_s: float) -> None:
-        """Wait `timeout_s`, or less when there may be work to claim (a slot of a hungry
-        class frees, `_more_work`) or stop is requested."""
-        self._claim_idle = True
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout_s)
-        finally:
-            self._claim_idle = False
-
-    def _start_backlog(self) -> None:
-        """Start held jobs while their class has a running slot free."""
-        running: Counter[str] = Counter(
-            r.job.concurrency_class for r in self._runs.values() if r.started
-        )
-        slots = self.config.class_slots
-        waiting: list[ClaimedJob] = []
-        total_running = sum(running.values())
-        for job in self._backlog:
-            cls = job.concurrency_class
-            if running[cls] < slots.get(cls, 0) and total_running < self.config.total_slots:
-                running[cls] += 1
-                total_running += 1
-                self._spawn(job)
-            else:
-                waiting.append(job)
-        self._backlog = waiting
-        for job in waiting:  # held jobs are heartbeated too
-            self._runs.setdefault(job.claim_token, _Run(job))
-
-    async def _release_backlog(self) -> None:
-        backlog, self._backlog = self._backlog, []
-        for job in backlog:
-            await self._release(job)
-            self._runs.pop(job.claim_token, None)
-            self._busy[job.concurrency_class] -= 1
-
-    def _spawn(self, job: ClaimedJob) -> None:
-        run = self._runs.get(job.claim_token) or _Run(job)
-        run.started = True
-        run.task = asyncio.create_task(self._process(run), name=f"job:{job.type}:{job.id}")
-        self._runs[job.claim_token] = run
-        self.metrics.running.labels(job.concurrency_class).inc()
-        run.task.add_done_callback(lambda _: self._finished(run))
-
-    def _finished(self, run: _Run) -> None:
-        if self._runs.pop(run.job.claim_token, None) is not None:
-            self._busy[run.job.concurrency_class] -= 1
-            self.metrics.running.labels(run.job.concurrency_class).dec()
-        if self._backlog and not self._stop_requested.is_set():
-            self._start_backlog()
-        if run.job.concurrency_class in self._hungry:
-            self._wake.set()
-
-    # -- leases ------------------------------------------------------------------------
-
-    def _held(self) -> list[ClaimedJob]:
-        return [r.job for r in self._runs.values() if not r.settling and not r.lost]
-
-    def _lease_lost(self, job: ClaimedJob) -> None:
-        run = self._runs.get(job.claim_token)
-        if run is None or run.settling or run.lost:
-            return  # finished meanwhile: its own write decides
-        run.lost = True
-        log.warning("job %s: lease lost, stopping its handler", job.id)
-        if run.task is not None:
-            run.task.cancel()
-        else:  # held, not started: just forget it
-            self._backlog = [j for j in self._backlog if j.claim_token != job.claim_token]
-            self._runs.pop(job.claim_token, None)
-            self._busy[run.job.concurrency_class] -= 1
-            self.stats.lease_lost += 1
-            self.metrics.lease_lost.inc()
-
-    # -- one job -----------------------------------------------------------------------
-
-    async def _process(self, run: _Run) -> None:
-        job = run.job
-        job_type = self._registry.get(job.type)
-        if job_type is None:
-            run.settling = True
-            await self._settle(job, None, Fail(f"unknown job type {job.type!r}"))
-            return
-        try:
-            payload = job_type.payload_model.model_validate({**job.payload, "type": job.type})
-        except ValidationError as exc:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            run.settling = True
-            await self._settle(job, job_type, Fail(f"invalid payload: {details}"))
-            return
-        assert job_type.handler is not None  # the registry refuses entries without one
-        started = time.perf_counter()
-        context = JobContext(job, payload, self._pool, self._enqueuer.enqueue_many)
-        deadline = asyncio.timeout(job_type.timeout_s)
-        try:
-            async with deadline:
-                outcome: Outcome = await job_type.handler(context)
-        except asyncio.CancelledError:
-            if run.lost:
-                self._count_lost()
-                log.warning("job %s: lease lost, handler stopped, nothing written", job.id)
-                return
-            await self._release(job)
-            raise
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                outcome = Retry(f"timed out after {job_type.timeout_s} s (the type's timeout)")
-            else:
-                outcome = _outcome_of(exc)
-            log.warning("job %s (%s) raised: %r", job.id, job.type, exc, exc_info=True)
-        finally:
-            self.metrics.handler_duration.labels(job.type).observe(time.perf_counter() - started)
-        run.settling = True
-        if run.lost:
-            self._count_lost()
-            return
-        await self._settle(job, job_type, outcome)
-
-    def _count_lost(self) -> None:
-        self.stats.lease_lost += 1
-        self.metrics.lease_lost.inc()
-
-    async def _release(self, job: ClaimedJob) -> None:
-        try:
-            async with self._pool.connection() as conn:
-                await claims.release(conn, job)
-            self.stats.released += 1
-            self.metrics.released.inc()
-        except Exception:
-            log.warning("could not release job %s; its lease will expire", job.id, exc_info=True)
-
-    async def _settle(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
-    ) -> None:
-        """Record the outcome with a CAS write; never raises (the lease covers the rest)."""
-        try:
-            written = await self._record(job, job_type, outcome)
-        except LeaseLost as exc:
-            self._count_lost()
-            log.warning("%s", exc)
-        except Exception:
-            self.stats.errors += 1
-            log.exception("could not record the outcome of job %s; its lease will expire", job.id)
-        else:
-            if written and self._frees_claims(job):
-                self._more_work()
-
-    async def _record(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
-    ) -> bool:
-        """Write the outcome now (True), or buffer a plain completion for the flush loop
-        (False)."""
-        if isinstance(outcome, Complete):
-            if outcome.outputs is None:
-                self._done.append(Done(job, outcome.result))
-                self._flush_needed.set()
-                if (
-                    self.config.hold_slot_until_recorded
-                    and len(self._done) + self._flushing > _FLUSH_WINDOW * self.config.total_slots
-                ):
-                    # The flush is behind by more than _FLUSH_WINDOW completions per slot:
-                    # this slot waits for it, so a SIGKILL re-runs at most
-                    # (_FLUSH_WINDOW + 1) x slots finished handlers. Waiting on every
-                    # completion would cost a drain of short jobs a third of its rate.
-                    await self._until_recorded(job)
-                return False
-            complete = outcome
-            try:
-                status = await self._with_db_retry(
-                    lambda: claims.complete_fenced(
-                        self._pool,
-                        job,
-                        result=complete.result,
-                        outputs=complete.outputs,
-                        failpoints=self._failpoints,
-                    )
-                )
-            except (LeaseLost, psycopg.OperationalError):
-                raise
-            except Exception as exc:  # the outputs failed: rolled back, now a failed attempt
-                log.warning("job %s: completing transaction failed: %s", job.id, exc)
-                await self._record_failure(job, job_type, _outcome_of(exc))
-            else:
-                self._count(job, status)
-            return True
-        await self._record_failure(job, job_type, outcome)
-        return True
-
-    async def _record_failure(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Retry | Fail
-    ) -> None:
-        policy = job_type.retry if job_type is not None else _DEFAULT_POLICY
-        decision: RetryAfter | GiveUp
-        if isinstance(outcome, Retry):
-            decision = policy.decide(
-                attempt=job.attempt_count,
-                max_attempts=job.max_attempts,
-                error=ErrorClass.RETRYABLE,
-                jitter=self._jitter(),
-                delay_s=outcome.delay_s,
-            )
-        else:
-            decision = GiveUp(FailureKind.PERMANENT)
-        error = outcome.error
-        if isinstance(decision, RetryAfter):
-            await self._with_db(
-                lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error)
-            )
-            self.stats.retried += 1
-            self.metrics.retried.labels(job.type).inc()
-        else:
-            ended = await self._with_db(
-                lambda conn: claims.fail(
-                    conn, job, kind=decision.kind, error=error, failpoints=self._failpoints
-                )
-            )
-            self.stats.failed += 1
-            self.stats.parents_ended += len(ended)
-            self.metrics.failed.labels(job.type).inc()
-
-    def _count_settled(self, done: Sequence[Done], settled: claims.Settled) -> None:
-        for d in done:
-            self._count(d.job, settled.statuses[d.job.id])
-        self.stats.parents_ended += len(settled.parents_ended)
-
-    def _count(self, job: ClaimedJob, status: Completion) -> None:
-        if status is Completion.COMPLETED:
-            self.stats.completed += 1
-            self.metrics.completed.labels(job.type).inc()
-        elif status is Completion.REQUEUED:
-            self.stats.requeued += 1
-        else:
-            self._count_lost()
-
-    async def _with_db(self, action: Callable[[Connection], Awaitable[T]]) -> T:
-        async def run() -> T:
-            async with self._pool.connection() as conn:
-                return await action(conn)
-
-        return await self._with_db_retry(run)
-
-    async def _with_db_retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        """Retry `action` while the database is unreachable, for at most one lease."""
-        return await retry(
-            action,
-            what="recording a job's outcome",
-            retry_on=_unreachable,
-            backoff=_DB_BACKOFF,
-            budget_s=self.config.lease_s,
-        )
-
-    # -- batched completions -----------------------------------------------------------
-
-    async def _until_recorded(self, job: ClaimedJob) -> None:
-        """Keep this job's slot until the flush recorded its completion, at most one lease
-        (past it the lease has expired anyway; a stop never waits longer either)."""
-        recorded = asyncio.get_running_loop().create_future()
-        self._recorded[job.claim_token] = recorded
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(recorded), self.config.lease_s)
-        finally:
-            self._recorded.pop(job.claim_token, None)
-
-    def _release_recorded(self, batch: Sequence[Done]) -> None:
-        for d in batch:
-            recorded = self._recorded.pop(d.job.claim_token, None)
-            if recorded is not None and not recorded.done():
-                recorded.set_result(None)
-
-    async def _flush_loop(self) -> None:
-        """Record finished jobs, durably, on a connection of their own: while one batch
-        commits the next accumulates (group commit), and claims never wait for it."""
-        health = Health("worker-flush", backoff=_FLUSH_BACKOFF)
-        loop = asyncio.get_running_loop()
-        give_up_at: float | None = None
-        while True:
-            await self._flush_needed.wait()
-            self._flush_needed.clear()
-            while self._done:
-                batch, self._done = self._done[:_FLUSH_MAX], self._done[_FLUSH_MAX:]
-                self._flushing = len(batch)
-                try:
-                    async with self._pool.connection() as conn:
-                        settled = await claims.settle_many(conn, batch, failpoints=self._failpoints)
-                except Exception as exc:
-                    self._flushing = 0
-                    self.stats.errors += 1
-                    if self._closing and give_up_at is None:
-                        give_up_at = loop.time() + self.config.lease_s
-                    if give_up_at is not None and loop.time() > give_up_at:
-                        log.error(
-                            "could not record %d completions before stopping; their leases "
-                            "will expire and the jobs run again",
-                            len(batch) + len(self._done),
-                            exc_info=True,
-                        )
-                        self._release_recorded([*batch, *self._done])
-                        self._done = []
-                        return
-                    self._done[:0] = batch
-                    await asyncio.sleep(health.failed(exc))
-                    continue
-                health.ok()
-                self._flushing = 0
-                self._release_recorded(batch)
-                self._count_settled(batch, settled)
-                if any(self._frees_claims(d.job) for d in batch):
-                    self._more_work()  # a source or capped slot is free in the database now
-            if self._closing:
-                return
-
-    def _frees_claims(self, job: ClaimedJob) -> bool:
-        """Whether recording this job's end can make another job claimable: the next job
-        of its source, or a slot of a globally capped class."""
-        return job.source_key is not None or job.concurrency_class in self.config.global_caps
-
-
-def _unreachable(exc: BaseException) -> bool:
-    return isinstance(exc, psycopg.OperationalError)
-
-
-def _outcome_of(exc: BaseException) -> Retry | Fail:
-    message = f"{type(exc).__name__}: {exc}"
-    if classify(exc) is ErrorClass.PERMANENT:
-        return Fail(message)
-    return Retry(message)

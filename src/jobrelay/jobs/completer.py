@@ -1,0 +1,193 @@
+"""The completer: records finished jobs, many per durable commit (DESIGN.md section 3).
+
+A job whose handler returned a plain `Complete` (no fenced outputs) is handed to the
+completer (`add`) instead of being written by its run. The task `jobrelay-worker-flush`
+records them on a connection of the shared pool, up to 1,000 per `complete_jobs`
+statement, parents reconciled in the same transaction (`claims.settle_many`). A batch
+commits while the next one accumulates in a `jobs.buffer.Buffer` (group commit), so the
+claim loop never waits for a durable commit. A failed flush puts its batch back in front
+and retries after a backoff (`Health`: one log line when it starts failing, one when it
+recovers).
+
+The bounded flush window (`WorkerConfig.hold_slot_until_recorded`): when more than 4
+completions per slot of the worker are not yet recorded (waiting or being committed),
+`add` asks the run to keep its slot until its completion is recorded (`until_recorded`,
+at most one lease), which bounds the finished handlers a SIGKILL can make run again to
+5 x slots. While the flush keeps up nothing waits.
+
+On `stop()` the completer records everything still waiting; while the database is
+unreachable it keeps trying for one lease, then gives up (the leases expire and the jobs
+run again elsewhere) and releases every run still waiting for its record.
+
+Like River's `internal/jobcompleter` (a batch completer behind the executor), it never
+imports the producer: what recording a job frees is reported through `freed()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Collection, Sequence
+
+from psycopg_pool import AsyncConnectionPool
+
+from jobrelay.db.pool import Connection
+from jobrelay.jobs import claims
+from jobrelay.jobs.buffer import Buffer
+from jobrelay.jobs.claims import Completion, Done
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
+from jobrelay.jobs.metrics import WorkerMetrics
+from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
+from jobrelay.loops import Backoff, Health
+
+# A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
+log = logging.getLogger("jobrelay.jobs.worker.completer")
+# The bounded flush window (hold_slot_until_recorded): unrecorded completions per slot
+# beyond which a finished job waits for the flush; a fast drain of short jobs stays below it.
+FLUSH_WINDOW = 4
+FLUSH_MAX = 1000  # completions per statement
+# After failures in a row the flush waits 0.1 s, 0.2 s, ... up to 2 s: finished jobs wait on it.
+_FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
+
+
+def frees_claims(job: ClaimedJob, capped: Collection[str]) -> bool:
+    """Whether recording this job's end can make another job claimable: the next job of
+    its source, or a slot of a globally capped class (`capped`)."""
+    return job.source_key is not None or job.concurrency_class in capped
+
+
+def count_lost(stats: WorkerStats, metrics: WorkerMetrics) -> None:
+    """Count one job whose claim this worker lost (nothing of it was written)."""
+    stats.lease_lost += 1
+    metrics.lease_lost.inc()
+
+
+def count_completion(
+    stats: WorkerStats, metrics: WorkerMetrics, job: ClaimedJob, status: Completion
+) -> None:
+    """Count what recording a completion did: completed, requeued (its revision moved on)
+    or nothing (the claim was lost)."""
+    if status is Completion.COMPLETED:
+        stats.completed += 1
+        metrics.completed.labels(job.type).inc()
+    elif status is Completion.REQUEUED:
+        stats.requeued += 1
+    else:
+        count_lost(stats, metrics)
+
+
+class Completer:
+    """Records plain completions in batches. `start()`, `add()` per finished job, `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool[Connection],
+        config: WorkerConfig,
+        stats: WorkerStats,
+        metrics: WorkerMetrics,
+        freed: Callable[[], None],
+        failpoints: Failpoints = NO_FAILPOINTS,
+    ) -> None:
+        self._pool = pool
+        self._lease_s = config.lease_s
+        self._capped = frozenset(config.global_caps)
+        # Unrecorded completions past which a finished job keeps its slot (None: never).
+        self._window = (
+            FLUSH_WINDOW * config.total_slots if config.hold_slot_until_recorded else None
+        )
+        self._stats = stats
+        self._metrics = metrics
+        self._freed = freed
+        self._failpoints = failpoints
+        self.buffer: Buffer[Done] = Buffer(max_size=FLUSH_MAX)
+        # Runs waiting for their buffered completion to be recorded, by claim token.
+        self._recorded: dict[uuid.UUID, asyncio.Future[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, done: Done) -> bool:
+        """Buffer one completion; True when the flush is behind by more than the window,
+        and the run should keep its slot until `until_recorded(done.job)` returns."""
+        self.buffer.add(done)
+        # Waiting on every completion would cost a drain of short jobs a third of its rate;
+        # past the window a SIGKILL would re-run more than (FLUSH_WINDOW + 1) x slots.
+        return self._window is not None and self.buffer.pending > self._window
+
+    async def until_recorded(self, job: ClaimedJob) -> None:
+        """Keep this job's slot until the flush recorded its completion, at most one lease
+        (past it the lease has expired anyway; a stop never waits longer either)."""
+        recorded = asyncio.get_running_loop().create_future()
+        self._recorded[job.claim_token] = recorded
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(recorded), self._lease_s)
+        finally:
+            self._recorded.pop(job.claim_token, None)
+
+    def start(self) -> None:
+        """Run the flush as the task `jobrelay-worker-flush`."""
+        if self._task is not None:
+            raise RuntimeError("completer already started")
+        self._task = asyncio.create_task(self._flush_loop(), name="jobrelay-worker-flush")
+
+    async def stop(self) -> None:
+        """Record every completion still waiting (giving up after one lease), then end."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self.buffer.close()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _write(self, batch: list[Done]) -> claims.Settled:
+        async with self._pool.connection() as conn:
+            return await claims.settle_many(conn, batch, failpoints=self._failpoints)
+
+    async def _flush_loop(self) -> None:
+        """Record finished jobs, durably, on a connection of their own: while one batch
+        commits the next accumulates (group commit), and claims never wait for it."""
+        health = Health("worker-flush", backoff=_FLUSH_BACKOFF)
+        loop = asyncio.get_running_loop()
+        give_up_at: float | None = None
+        buffer = self.buffer
+        while True:
+            await buffer.wait()
+            while buffer.waiting:
+                try:
+                    batch, settled = await buffer.flush(self._write)
+                except Exception as exc:
+                    self._stats.errors += 1
+                    if buffer.closed and give_up_at is None:
+                        give_up_at = loop.time() + self._lease_s
+                    if give_up_at is not None and loop.time() > give_up_at:
+                        lost = buffer.drain()
+                        log.error(
+                            "could not record %d completions before stopping; their leases "
+                            "will expire and the jobs run again",
+                            len(lost),
+                            exc_info=True,
+                        )
+                        self._release_recorded(lost)
+                        return
+                    await asyncio.sleep(health.failed(exc))
+                    continue
+                health.ok()
+                self._release_recorded(batch)
+                self._count_settled(batch, settled)
+                if any(frees_claims(d.job, self._capped) for d in batch):
+                    self._freed()  # a source or capped slot is free in the database now
+            if buffer.closed:
+                return
+
+    def _release_recorded(self, batch: Sequence[Done]) -> None:
+        for d in batch:
+            recorded = self._recorded.pop(d.job.claim_token, None)
+            if recorded is not None and not recorded.done():
+                recorded.set_result(None)
+
+    def _count_settled(self, done: Sequence[Done], settled: claims.Settled) -> None:
+        for d in done:
+            count_completion(self._stats, self._metrics, d.job, settled.statuses[d.job.id])
+        self._stats.parents_ended += len(settled.parents_ended)

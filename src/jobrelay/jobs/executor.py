@@ -1,0 +1,267 @@
+"""The executor: one run of one claimed job, from its payload to its recorded outcome.
+
+`Executor.execute(run)` is the body of the task the producer starts for a job (River's
+`internal/jobexecutor`: one run, one result). In order:
+
+1. An unknown type or a payload its model refuses is a permanent failure (DESIGN.md 3.8).
+2. The handler runs with a `JobContext` under the type's timeout (`JobType.timeout_s`);
+   a timeout is a retryable outcome.
+3. An exception is classified (`domain.retry.classify`: retryable unless it is a known
+   permanent kind) and its message becomes the outcome's error; the worker keeps running.
+4. A cancellation is either a lost lease (the producer set `run.lost`: nothing is written,
+   the new claim owns the job) or a stop past its grace (the claim is released at once:
+   pending again, attempt undone, so another worker takes it without waiting for the lease).
+5. The outcome is recorded with a CAS write fenced by the claim token: a plain `Complete`
+   goes to the completer's batch (keeping its slot while the flush is behind, see
+   `jobs.completer`); a `Complete` with fenced outputs commits in its own transaction
+   (a failure there rolls back and becomes a failed attempt); `Retry` and `Fail` go
+   through the type's `RetryPolicy.decide` to `retry_later` or `fail`. Each write retries
+   while the database is unreachable, for at most one lease; a write that still fails is
+   logged, and the lease covers the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+from pydantic import ValidationError
+
+from jobrelay.db.pool import Connection
+from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
+from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
+from jobrelay.jobs import claims
+from jobrelay.jobs.claims import Done
+from jobrelay.jobs.completer import Completer, count_completion, count_lost, frees_claims
+from jobrelay.jobs.enqueue import Enqueuer
+from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
+from jobrelay.jobs.metrics import WorkerMetrics
+from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.registry import JobContext, JobType, Registry
+from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
+from jobrelay.loops import Backoff, retry
+
+# A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
+log = logging.getLogger("jobrelay.jobs.worker.executor")
+T = TypeVar("T")
+_DEFAULT_POLICY = RetryPolicy()
+# Recording one outcome retries from 50 ms up to 2 s while the database is unreachable.
+_DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
+
+
+@dataclass(slots=True)
+class Run:
+    """One claimed job in this worker, from its claim to the end of its task.
+
+    The producer creates it (held, `task` None), starts it (`started`, `task`) and marks
+    it `lost` when the lease keeper finds its claim gone; the executor marks it `settling`
+    once the handler returned, after which a lost lease no longer cancels it (its own CAS
+    write decides)."""
+
+    job: ClaimedJob
+    task: asyncio.Task[None] | None = None
+    started: bool = False
+    settling: bool = False
+    lost: bool = False
+
+
+class Executor:
+    """Runs claimed jobs of the registry's types and records their outcomes."""
+
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool[Connection],
+        registry: Registry,
+        enqueuer: Enqueuer,
+        completer: Completer,
+        config: WorkerConfig,
+        stats: WorkerStats,
+        metrics: WorkerMetrics,
+        freed: Callable[[], None],
+        jitter: Callable[[], float] = random.random,
+        failpoints: Failpoints = NO_FAILPOINTS,
+    ) -> None:
+        self._pool = pool
+        self._registry = registry
+        self._enqueuer = enqueuer
+        self._completer = completer
+        self._lease_s = config.lease_s
+        self._capped = frozenset(config.global_caps)
+        self._stats = stats
+        self._metrics = metrics
+        self._freed = freed
+        self._jitter = jitter
+        self._failpoints = failpoints
+
+    async def execute(self, run: Run) -> None:
+        """Run `run.job`'s handler and record its outcome; never raises but the
+        cancellation of a stop (after releasing the claim)."""
+        job = run.job
+        job_type = self._registry.get(job.type)
+        if job_type is None:
+            run.settling = True
+            await self._settle(job, None, Fail(f"unknown job type {job.type!r}"))
+            return
+        try:
+            payload = job_type.payload_model.model_validate({**job.payload, "type": job.type})
+        except ValidationError as exc:
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            run.settling = True
+            await self._settle(job, job_type, Fail(f"invalid payload: {details}"))
+            return
+        assert job_type.handler is not None  # the registry refuses entries without one
+        started = time.perf_counter()
+        context = JobContext(job, payload, self._pool, self._enqueuer.enqueue_many)
+        deadline = asyncio.timeout(job_type.timeout_s)
+        try:
+            async with deadline:
+                outcome: Outcome = await job_type.handler(context)
+        except asyncio.CancelledError:
+            if run.lost:
+                count_lost(self._stats, self._metrics)
+                log.warning("job %s: lease lost, handler stopped, nothing written", job.id)
+                return
+            await self.release(job)
+            raise
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                outcome = Retry(f"timed out after {job_type.timeout_s} s (the type's timeout)")
+            else:
+                outcome = _outcome_of(exc)
+            log.warning("job %s (%s) raised: %r", job.id, job.type, exc, exc_info=True)
+        finally:
+            self._metrics.handler_duration.labels(job.type).observe(time.perf_counter() - started)
+        run.settling = True
+        if run.lost:
+            count_lost(self._stats, self._metrics)
+            return
+        await self._settle(job, job_type, outcome)
+
+    async def release(self, job: ClaimedJob) -> None:
+        """Give the claim back (pending at once, attempt undone); on failure the lease
+        expires instead."""
+        try:
+            async with self._pool.connection() as conn:
+                await claims.release(conn, job)
+            self._stats.released += 1
+            self._metrics.released.inc()
+        except Exception:
+            log.warning("could not release job %s; its lease will expire", job.id, exc_info=True)
+
+    async def _settle(
+        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
+    ) -> None:
+        """Record the outcome with a CAS write; never raises (the lease covers the rest)."""
+        try:
+            written = await self._record(job, job_type, outcome)
+        except LeaseLost as exc:
+            count_lost(self._stats, self._metrics)
+            log.warning("%s", exc)
+        except Exception:
+            self._stats.errors += 1
+            log.exception("could not record the outcome of job %s; its lease will expire", job.id)
+        else:
+            if written and frees_claims(job, self._capped):
+                self._freed()
+
+    async def _record(
+        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
+    ) -> bool:
+        """Write the outcome now (True), or hand a plain completion to the completer
+        (False)."""
+        if isinstance(outcome, Complete):
+            if outcome.outputs is None:
+                if self._completer.add(Done(job, outcome.result)):
+                    await self._completer.until_recorded(job)
+                return False
+            complete = outcome
+            try:
+                status = await self._with_db_retry(
+                    lambda: claims.complete_fenced(
+                        self._pool,
+                        job,
+                        result=complete.result,
+                        outputs=complete.outputs,
+                        failpoints=self._failpoints,
+                    )
+                )
+            except (LeaseLost, psycopg.OperationalError):
+                raise
+            except Exception as exc:  # the outputs failed: rolled back, now a failed attempt
+                log.warning("job %s: completing transaction failed: %s", job.id, exc)
+                await self._record_failure(job, job_type, _outcome_of(exc))
+            else:
+                count_completion(self._stats, self._metrics, job, status)
+            return True
+        await self._record_failure(job, job_type, outcome)
+        return True
+
+    async def _record_failure(
+        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Retry | Fail
+    ) -> None:
+        policy = job_type.retry if job_type is not None else _DEFAULT_POLICY
+        decision: RetryAfter | GiveUp
+        if isinstance(outcome, Retry):
+            decision = policy.decide(
+                attempt=job.attempt_count,
+                max_attempts=job.max_attempts,
+                error=ErrorClass.RETRYABLE,
+                jitter=self._jitter(),
+                delay_s=outcome.delay_s,
+            )
+        else:
+            decision = GiveUp(FailureKind.PERMANENT)
+        error = outcome.error
+        if isinstance(decision, RetryAfter):
+            await self._with_db(
+                lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error)
+            )
+            self._stats.retried += 1
+            self._metrics.retried.labels(job.type).inc()
+        else:
+            ended = await self._with_db(
+                lambda conn: claims.fail(
+                    conn, job, kind=decision.kind, error=error, failpoints=self._failpoints
+                )
+            )
+            self._stats.failed += 1
+            self._stats.parents_ended += len(ended)
+            self._metrics.failed.labels(job.type).inc()
+
+    async def _with_db(self, action: Callable[[Connection], Awaitable[T]]) -> T:
+        async def run() -> T:
+            async with self._pool.connection() as conn:
+                return await action(conn)
+
+        return await self._with_db_retry(run)
+
+    async def _with_db_retry(self, action: Callable[[], Awaitable[T]]) -> T:
+        """Retry `action` while the database is unreachable, for at most one lease."""
+        return await retry(
+            action,
+            what="recording a job's outcome",
+            retry_on=_unreachable,
+            backoff=_DB_BACKOFF,
+            budget_s=self._lease_s,
+        )
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def _outcome_of(exc: BaseException) -> Retry | Fail:
+    message = f"{type(exc).__name__}: {exc}"
+    if classify(exc) is ErrorClass.PERMANENT:
+        return Fail(message)
+    return Retry(message)
