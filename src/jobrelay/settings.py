@@ -16,6 +16,14 @@ Secrets (`DATABASE_URL` and every `SecretStr` field) may also be given as a file
 container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value
 (`SecretFileSource`). Which defaults production refuses is decided in
 `jobrelay.bootstrap.environment`.
+
+Each part builds its configuration from its group: `RelayConfig.from_settings(settings.relay,
+settings.sqs)`, `BatchLimits.from_settings(...)`, the SQS workers' `WorkerConfig.from_settings`.
+The jobs engine and the database pool are libraries that never import this module, so their
+groups hand them keyword arguments as typed dicts instead: `settings.worker.worker_config()`
+and `settings.jobs.worker_config()` for `jobrelay.jobs.WorkerConfig`,
+`settings.db.pool_options()` for `jobrelay.db.pool.open_pool`; mypy checks every key and
+type against the signature they are unpacked into.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -96,6 +104,17 @@ class _Group(BaseModel):
     (`Settings(db={"pool_max": 6})`) and by their alias, the flat name, from the sources."""
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, extra="forbid")
+
+
+class PoolOptions(TypedDict):
+    """The keyword arguments of `jobrelay.db.pool.open_pool` that the settings decide."""
+
+    min_size: int
+    max_size: int
+    timeout_s: float
+    wait_s: float | None
+    transaction_pooler: bool
+    idle_in_transaction_timeout_s: float
 
 
 class DatabaseSettings(_Group):
@@ -170,6 +189,25 @@ class DatabaseSettings(_Group):
     def through_transaction_pooler(self) -> bool:
         """True when DATABASE_URL is declared to go through a transaction pooler."""
         return bool(self.url) and self.pooler == "transaction"
+
+    def pool_options(
+        self,
+        *,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        wait_s: float | None = None,
+    ) -> PoolOptions:
+        """`open_pool`'s keyword arguments for one process; `min_size` and `max_size`
+        default to JOBRELAY_DB_POOL_MIN and JOBRELAY_DB_POOL_MAX, `wait_s` to none (the
+        pool's own connect-timeout-based wait)."""
+        return PoolOptions(
+            min_size=self.pool_min if min_size is None else min_size,
+            max_size=self.pool_max if max_size is None else max_size,
+            timeout_s=self.connect_timeout_s,
+            wait_s=wait_s,
+            transaction_pooler=self.through_transaction_pooler,
+            idle_in_transaction_timeout_s=self.idle_in_transaction_timeout_s,
+        )
 
 
 class ApiSettings(_Group):
@@ -576,6 +614,19 @@ class RelaySettings(_Group):
         return _organization_weights(self.org_weights)
 
 
+class JobsWorkerOptions(TypedDict):
+    """The keyword arguments of `jobrelay.jobs.WorkerConfig` that `settings.jobs` decides:
+    the lease and the maintenance loops every worker runs."""
+
+    lease_s: float
+    rescue_interval_s: float
+    reconcile_interval_s: float
+    prune_interval_s: float
+    retention_s: float | None
+    prune_log_threshold: int
+    schedule_grace_s: float
+
+
 class JobsSettings(_Group):
     """The jobs engine: job types, payloads, leases, limits across workers, schedules,
     pruning."""
@@ -701,6 +752,28 @@ class JobsSettings(_Group):
         """JOBRELAY_JOBS_RATES parsed: job starts per class across all workers."""
         return _class_rates(self.rates)
 
+    def worker_config(self) -> JobsWorkerOptions:
+        """This group's keyword arguments of `jobrelay.jobs.WorkerConfig`."""
+        return JobsWorkerOptions(
+            lease_s=self.lease_s,
+            rescue_interval_s=self.rescue_interval_s,
+            reconcile_interval_s=self.reconcile_interval_s,
+            prune_interval_s=self.prune_interval_s,
+            retention_s=self.retention_s or None,  # 0 keeps finished jobs forever
+            prune_log_threshold=self.prune_log_threshold,
+            schedule_grace_s=self.schedules_grace_s,
+        )
+
+
+class WorkerOptions(TypedDict):
+    """The keyword arguments of `jobrelay.jobs.WorkerConfig` that `settings.worker` decides
+    on its own (slots, listening and what a command line overrides are bootstrap's)."""
+
+    poll_interval_s: float
+    prefetch: int
+    fair_claims: bool
+    hold_slot_until_recorded: bool
+
 
 class WorkerSettings(_Group):
     """A jobs worker (`jobrelay worker`): slots, claiming, its pool, shutdown, /metrics."""
@@ -774,6 +847,15 @@ class WorkerSettings(_Group):
     def _valid_slots(cls, value: str) -> str:
         parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
         return value
+
+    def worker_config(self) -> WorkerOptions:
+        """This group's keyword arguments of `jobrelay.jobs.WorkerConfig`."""
+        return WorkerOptions(
+            poll_interval_s=self.poll_interval_s,
+            prefetch=self.prefetch,
+            fair_claims=self.fair_claims,
+            hold_slot_until_recorded=self.hold_slot_until_recorded,
+        )
 
 
 class LogSettings(_Group):

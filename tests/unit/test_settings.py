@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from jobrelay.batches.creation import BatchLimits
+from jobrelay.batches.relay import RelayConfig
+from jobrelay.bootstrap import jobs_registry, worker_config
 from jobrelay.cli.main import _setting_error
 from jobrelay.settings import load_settings
 
@@ -85,3 +88,23 @@ def test_updated_replaces_fields_of_a_group_and_refuses_unknown_names() -> None:
     assert "pool_max" in bigger.db.model_fields_set
     with pytest.raises(ValueError, match=r"settings\.db has no field pool_mx"):
         settings.updated(db={"pool_mx": 30})
+
+
+def test_each_part_builds_its_config_from_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRELAY_RELAY_ORG_WEIGHTS", "42=2")
+    monkeypatch.setenv("JOBRELAY_SQS_MESSAGE_LIMIT_BYTES", "4096")
+    monkeypatch.setenv("JOBRELAY_BATCH_MAX_ITEMS", "3")
+    monkeypatch.setenv("JOBRELAY_JOBS_RETENTION_S", "0")
+    monkeypatch.setenv("JOBRELAY_SCHEDULES_GRACE_S", "4.5")
+    monkeypatch.setenv("JOBRELAY_WORKER_PREFETCH", "3")
+    monkeypatch.setenv("JOBRELAY_DB_POOL_MAX", "7")
+    settings = load_settings()
+    relay = RelayConfig.from_settings(settings.relay, settings.sqs)
+    assert (relay.weights, relay.message_limit_bytes) == (((42, 2.0),), 4096)
+    limits = BatchLimits.from_settings(settings.batches, settings.sqs)
+    assert (limits.max_items, limits.message_limit_bytes) == (3, 4096)
+    config = worker_config(settings, jobs_registry(settings))
+    assert config.retention_s is None, "0 keeps finished jobs forever"
+    assert (config.prefetch, config.schedule_grace_s) == (3, 4.5)
+    pool = settings.db.pool_options(min_size=1)
+    assert (pool["min_size"], pool["max_size"], pool["wait_s"]) == (1, 7, None)

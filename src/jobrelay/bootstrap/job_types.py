@@ -166,29 +166,21 @@ def worker_config(
     rates = {**registry.rates, **settings.jobs.class_rates()}
     listen = listen_conninfo(settings, "worker") if settings.worker.listen else None
     return WorkerConfig(
+        # What the two groups decide alone (typed dicts: mypy checks them against WorkerConfig).
+        **settings.worker.worker_config(),
+        **settings.jobs.worker_config(),
         concurrency=concurrency,
         slots=slots,
         known_classes=tuple(sorted(known)),
         global_caps=caps,
         rates=rates,
-        fair_claims=settings.worker.fair_claims,
-        lease_s=settings.jobs.lease_s,
-        poll_interval_s=settings.worker.poll_interval_s,
-        rescue_interval_s=settings.jobs.rescue_interval_s,
-        reconcile_interval_s=settings.jobs.reconcile_interval_s,
-        prune_interval_s=settings.jobs.prune_interval_s,
-        retention_s=settings.jobs.retention_s or None,
-        prune_log_threshold=settings.jobs.prune_log_threshold,
         shutdown_grace_s=(
             settings.worker.shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
         ),
-        prefetch=settings.worker.prefetch,
         listen=settings.worker.listen and listen != "",
         listen_conninfo=listen or None,
         claim_session_settings=not settings.db.through_transaction_pooler,
-        hold_slot_until_recorded=settings.worker.hold_slot_until_recorded,
         metrics_port=settings.worker.metrics_port if metrics_port is None else metrics_port,
-        schedule_grace_s=settings.jobs.schedules_grace_s,
     )
 
 

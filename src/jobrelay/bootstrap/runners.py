@@ -26,23 +26,6 @@ if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
 
 
-def relay_config(settings: Settings) -> RelayConfig:
-    relay = settings.relay
-    return RelayConfig(
-        lease_s=relay.lease_s,
-        claim_size=relay.claim_size,
-        workers=relay.workers,
-        max_in_flight=relay.max_in_flight,
-        poll_interval_s=relay.poll_interval_s,
-        retry_delay_s=relay.retry_delay_s,
-        message_limit_bytes=settings.sqs.message_limit_bytes,
-        window=relay.org_window,
-        weights=relay.organization_weights(),
-        in_flight_expiry_s=relay.in_flight_expiry_s,
-        window_poll_s=relay.window_poll_s,
-    )
-
-
 def relay_pool_size(settings: Settings) -> int:
     """Connections of a relay's pool: JOBRELAY_RELAY_DB_POOL_MAX, else one per claim loop
     plus two (the sweeper, a recording in flight). The LISTEN connection comes on top."""
@@ -73,19 +56,14 @@ async def run_relay(
     settings: Settings, dsn: str, endpoint: AwsEndpoint, stop: asyncio.Event
 ) -> None:
     """Run one relay process until `stop` is set: pool, SQS client, metrics endpoint."""
-    config = relay_config(settings)
+    config = RelayConfig.from_settings(settings.relay, settings.sqs)
     metrics = RelayMetrics()
     if settings.relay.metrics_port:
         prometheus_client.start_http_server(
             settings.relay.metrics_port, addr=settings.api.host, registry=metrics.registry
         )
     pool = await open_pool(
-        dsn,
-        min_size=1,
-        max_size=relay_pool_size(settings),
-        timeout_s=settings.db.connect_timeout_s,
-        transaction_pooler=settings.db.through_transaction_pooler,
-        idle_in_transaction_timeout_s=settings.db.idle_in_transaction_timeout_s,
+        dsn, **settings.db.pool_options(min_size=1, max_size=relay_pool_size(settings))
     )
     client_kwargs = endpoint.client_kwargs()
     client_kwargs["config"] = client_kwargs["config"].merge(

@@ -85,13 +85,7 @@ async def build_services(
     instead of the connect-timeout-based wait that suits background loops.
     """
     pool = await open_pool(
-        dsn,
-        min_size=settings.db.pool_min,
-        max_size=settings.db.pool_max,
-        timeout_s=settings.db.connect_timeout_s,
-        wait_s=settings.api.db_wait_s if serves_api else None,
-        transaction_pooler=settings.db.through_transaction_pooler,
-        idle_in_transaction_timeout_s=settings.db.idle_in_transaction_timeout_s,
+        dsn, **settings.db.pool_options(wait_s=settings.api.db_wait_s if serves_api else None)
     )
     issuer = local_issuer(settings) if settings.auth.mode == "local" else None
     aws = endpoint or aws_endpoint(settings)
@@ -106,7 +100,7 @@ async def build_services(
             media=MediaService(pool),
             tokens=token_verifier(settings, issuer),
             tenancy=tenancy,
-            batches=BatchService(pool, batch_limits(settings)),
+            batches=BatchService(pool, BatchLimits.from_settings(settings.batches, settings.sqs)),
             children=ChildService(pool),
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
             code2wf=Code2WfService(pool, jobs),
@@ -115,14 +109,6 @@ async def build_services(
         )
     finally:
         await pool.close()
-
-
-def batch_limits(settings: Settings) -> BatchLimits:
-    return BatchLimits(
-        max_items=settings.batches.max_items,
-        message_limit_bytes=settings.sqs.message_limit_bytes,
-        cancel_inline_max=settings.batches.cancel_inline_max,
-    )
 
 
 def webhook_verifier(settings: Settings) -> WebhookVerifier:
