@@ -14,7 +14,7 @@ from jobrelay.aws.clients import AwsEndpoint, sqs_client
 from jobrelay.webhooks import WebhookSigner
 from tests.harness import ApiHarness
 
-# The default of settings.webhook_secrets: what the API verifies against in tests.
+# The default of settings.webhooks.secrets: what the API verifies against in tests.
 SECRET = "whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ=="
 
 

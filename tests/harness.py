@@ -386,9 +386,15 @@ class ApiHarness:
 async def api_harness(
     dsn: str, data_dir: Path, **settings_overrides: object
 ) -> AsyncIterator[ApiHarness]:
-    """Services and app over `dsn`, the local issuer's keys in `data_dir`."""
+    """Services and app over `dsn`, the local issuer's keys in `data_dir`; the overrides
+    are `load_settings`'s (a group as a dict, `auth={"mode": "cognito"}`)."""
+    db = settings_overrides.pop("db", {})
+    assert isinstance(db, dict)
     settings = load_settings(
-        default_env=None, data_dir=data_dir, db_pool_min=1, db_pool_max=6, **settings_overrides
+        default_env=None,
+        data_dir=data_dir,
+        db={"pool_min": 1, "pool_max": 6, **db},
+        **settings_overrides,
     )
     async with build_services(settings, dsn, serves_api=True) as services:
         transport = httpx.ASGITransport(app=create_app(services))

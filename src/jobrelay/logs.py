@@ -38,9 +38,9 @@ _QUIET_LIBRARIES = (
 
 def use_json(settings: Settings, stream: TextIO) -> bool:
     """True when lines should be JSON (`json`, or `auto` without a terminal)."""
-    if settings.log_format == "json":
+    if settings.log.format == "json":
         return True
-    if settings.log_format == "console":
+    if settings.log.format == "console":
         return False
     isatty = getattr(stream, "isatty", None)
     return not (callable(isatty) and isatty())
@@ -49,7 +49,7 @@ def use_json(settings: Settings, stream: TextIO) -> bool:
 def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> None:
     """Route structlog and stdlib logging to `stream` (default stdout) in one format."""
     out = stream if stream is not None else sys.stdout
-    level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
+    level = logging.getLevelNamesMapping().get(settings.log.level.upper(), logging.INFO)
     as_json = use_json(settings, out)
 
     shared: list[structlog.types.Processor] = [

@@ -2,7 +2,8 @@
 
 `python -m jobrelay.reference` (or `make docs`) writes three files under `docs/reference/`:
 
-- `settings.md` from the `Settings` model: variable, type, default, meaning;
+- `settings.md` from the `Settings` model, one table per group: variable, type, default,
+  meaning;
 - `cli.md` from the Typer app `jobrelay.cli.main.app`: commands, arguments, options, help;
 - `http.md` from the OpenAPI document of `jobrelay.api.create_app`: paths, methods,
   summaries, parameters, status codes.
@@ -31,7 +32,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from jobrelay.settings import Settings, env_names, is_secret
+from jobrelay.settings import SettingField, Settings, env_names, setting_fields, setting_groups
 
 REGENERATE = "make docs"
 """The command that rewrites the generated pages; failing checks name it."""
@@ -126,26 +127,32 @@ def _default_text(field: FieldInfo) -> str:
     return f"`{value}`" if str(value) != "" else "empty"
 
 
+def _setting_row(setting: SettingField) -> list[str]:
+    envs = setting.variables
+    variable = "`" + envs[0] + "`"
+    if len(envs) > 1:
+        variable += " (also " + ", ".join(f"`{e}`" for e in envs[1:]) + ")"
+    if setting.secret:
+        variable += f" or `{envs[0]}_FILE`"
+    kind = _type_name(setting.field.annotation)
+    bounds = _bounds(setting.field)
+    return [
+        variable,
+        f"`{setting.path}`",
+        f"{kind} ({bounds})" if bounds else kind,
+        _default_text(setting.field),
+        setting.field.description or "",
+    ]
+
+
 def settings_reference() -> str:
-    """docs/reference/settings.md: one row per field of `Settings`, in declaration order."""
-    rows = []
-    for name, field in Settings.model_fields.items():
-        envs = setting_env_names(name, field)
-        variable = "`" + envs[0] + "`"
-        if len(envs) > 1:
-            variable += " (also " + ", ".join(f"`{e}`" for e in envs[1:]) + ")"
-        if is_secret(field):
-            variable += f" or `{envs[0]}_FILE`"
-        kind = _type_name(field.annotation)
-        bounds = _bounds(field)
-        rows.append(
-            [
-                variable,
-                f"{kind} ({bounds})" if bounds else kind,
-                _default_text(field),
-                field.description or "",
-            ]
-        )
+    """docs/reference/settings.md: one table per group of `Settings` (the fields of
+    `Settings` itself first), one row per setting, in declaration order."""
+    head = ["variable", "in code: `settings.`…", "type", "default", "meaning"]
+    sections: dict[str | None, list[list[str]]] = {}
+    for setting in setting_fields():
+        sections.setdefault(setting.group, []).append(_setting_row(setting))
+    groups = setting_groups()
     lines = [
         _header("the `Settings` model in `src/jobrelay/settings.py`"),
         "# Settings reference\n",
@@ -154,9 +161,17 @@ def settings_reference() -> str:
         "with one line naming the setting (exit code 2). A secret may also be given as a file:",
         "`<VARIABLE>_FILE` names a file whose content, stripped, is the value.",
         "",
-        *_table(["variable", "type", "default", "meaning"], rows),
+        "The settings are grouped by the part that reads them; in code a setting is",
+        "`settings.<group>.<name>` (the second column).",
+        "",
     ]
-    return "\n".join(lines) + "\n"
+    for group, rows in sections.items():
+        if group is None:
+            title, about = "process", "The whole process: its environment and local state."
+        else:
+            title, about = group, _cell((groups[group].__doc__ or "").split("\n\n")[0])
+        lines += [f"## {title}", "", about, "", *_table(head, rows), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 # --- command line --------------------------------------------------------------------------
@@ -231,7 +246,7 @@ class _OpenApiServices:
         self.local_issuer = object()
         # The registry of a deployment without apps: the product's job types (the OpenAPI
         # document shows each one's payload).
-        registry = product_job_types(diag_enabled=settings.diag_jobs_enabled).registry()
+        registry = product_job_types(diag_enabled=settings.jobs.diag_enabled).registry()
         self.jobs = SimpleNamespace(registry=registry)
 
     def __getattr__(self, name: str) -> Any:

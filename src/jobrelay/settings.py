@@ -4,36 +4,71 @@ Every setting has an env var (`JOBRELAY_<NAME>`, except `DATABASE_URL`) and a de
 makes the local stack work with nothing configured. Nothing here runs at import time: call
 `load_settings()` from `bootstrap` or a CLI entry point and pass the object down.
 
+The settings are grouped by the part that reads them, one model per group: `settings.db`,
+`settings.api`, `settings.relay`, `settings.worker`, ... (`env` and `data_dir` belong to the
+whole process and sit on `Settings` itself). A group's field has its flat name as validation
+alias (`settings.db.pool_max` is `db_pool_max`): the variable is `JOBRELAY_` + that name
+upper-cased, and a validation error names it (`db.db_pool_max`). `GroupedEnvSource` reads
+every group's variables in one pass over the environment; `setting_fields()` lists every
+setting with its variables (for the reference page, the CLI's error lines, the secret files).
+
 Secrets (`DATABASE_URL` and every `SecretStr` field) may also be given as a file, the
 container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value
 (`SecretFileSource`). Which defaults production refuses is decided in
 `jobrelay.bootstrap.environment`.
+
+Each part builds its configuration from its group: `RelayConfig.from_settings(settings.relay,
+settings.sqs)`, `BatchLimits.from_settings(...)`, the SQS workers' `WorkerConfig.from_settings`.
+The jobs engine and the database pool are libraries that never import this module, so their
+groups hand them keyword arguments as typed dicts instead: `settings.worker.worker_config()`
+and `settings.jobs.worker_config()` for `jobrelay.jobs.WorkerConfig`,
+`settings.db.pool_options()` for `jobrelay.db.pool.open_pool`; mypy checks every key and
+type against the signature they are unpacked into.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
 from jobrelay.domain.errors import JobrelayError
 from jobrelay.domain.fair_dispatch import parse_organization_weights
-from jobrelay.domain.jobs_config import parse_class_counts, parse_class_rates, parse_failpoints
+from jobrelay.domain.jobs_config import (
+    Rate,
+    parse_class_counts,
+    parse_class_rates,
+    parse_failpoints,
+)
 
 Environment = Literal["development", "production"]
+
+ENV_PREFIX = "JOBRELAY_"
+"""The prefix of every variable but `DATABASE_URL`'s."""
 
 # Public (it is in the source): production refuses to start with it.
 DEVELOPMENT_WEBHOOK_SECRET = "whsec_bG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0LTAwMQ=="
@@ -59,31 +94,41 @@ def _split_csv(value: object) -> object:
     return value
 
 
-class Settings(BaseSettings):
-    """All configuration of jobrelay; `make docs` renders it as docs/reference/settings.md."""
+# A list setting is one comma-separated variable: "a, b" is ["a", "b"].
+_CSV = BeforeValidator(_split_csv)
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBRELAY_",
-        extra="ignore",
-        populate_by_name=True,
-    )
 
-    env: Environment = Field(
-        default="development",
-        description="production refuses development defaults at startup (built-in webhook "
-        "secret, local auth, /dev routes, embedded PostgreSQL); unset, `jobrelay api`, "
-        "`worker`, `relay` and `sqs-worker` started on their own run as production, `up`, "
-        "`demo` and the other commands as development.",
-    )
+class _Group(BaseModel):
+    """The settings of one part. A plain model, not a `BaseSettings`: only `Settings` reads
+    the environment, once for every group. Its fields are set by name in code
+    (`Settings(db={"pool_max": 6})`) and by their alias, the flat name, from the sources."""
 
-    database_url: str | None = Field(
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, extra="forbid")
+
+
+class PoolOptions(TypedDict):
+    """The keyword arguments of `jobrelay.db.pool.open_pool` that the settings decide."""
+
+    min_size: int
+    max_size: int
+    timeout_s: float
+    wait_s: float | None
+    transaction_pooler: bool
+    idle_in_transaction_timeout_s: float
+
+
+class DatabaseSettings(_Group):
+    """The database: `DATABASE_URL` or the embedded server, and each process's pool."""
+
+    url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("DATABASE_URL", "JOBRELAY_DATABASE_URL"),
         description="PostgreSQL URL; unset means start the embedded server in JOBRELAY_DATA_DIR "
         "(development only).",
         json_schema_extra=_SECRET,
     )
-    database_direct_url: str | None = Field(
+    direct_url: str | None = Field(
+        validation_alias="database_direct_url",
         default=None,
         description=(
             "A direct (session) PostgreSQL URL to the same database as DATABASE_URL, for "
@@ -91,7 +136,8 @@ class Settings(BaseSettings):
             "DATABASE_URL serves both (through a transaction pooler: polling, no LISTEN)."
         ),
     )
-    database_pooler: Literal["none", "transaction"] = Field(
+    pooler: Literal["none", "transaction"] = Field(
+        validation_alias="database_pooler",
         default="none",
         description=(
             "`transaction` when DATABASE_URL goes through a transaction pooler such as "
@@ -100,21 +146,27 @@ class Settings(BaseSettings):
             "a DATABASE_URL whose clients each keep their own server session."
         ),
     )
-    data_dir: Path = Field(
-        default=Path(".jobrelay"),
-        description="Local state: embedded PostgreSQL data, local token issuer keys.",
+    pool_min: int = Field(
+        validation_alias="db_pool_min",
+        default=1,
+        ge=0,
+        description="Connections kept open per process.",
     )
-    db_pool_min: int = Field(default=1, ge=0, description="Connections kept open per process.")
-    db_pool_max: int = Field(
+    pool_max: int = Field(
+        validation_alias="db_pool_max",
         default=10,
         ge=1,
         description="Connection cap of the pool of the API and the one-shot commands (a "
         "worker's pool is JOBRELAY_WORKER_DB_POOL_MAX).",
     )
-    db_connect_timeout_s: float = Field(
-        default=5.0, gt=0, description="How long one connection attempt may take, in seconds."
+    connect_timeout_s: float = Field(
+        validation_alias="db_connect_timeout_s",
+        default=5.0,
+        gt=0,
+        description="How long one connection attempt may take, in seconds.",
     )
-    db_idle_in_transaction_timeout_s: float = Field(
+    idle_in_transaction_timeout_s: float = Field(
+        validation_alias="db_idle_in_transaction_timeout_s",
         default=120.0,
         ge=0,
         description="The server ends a session of this process left idle inside a transaction "
@@ -123,333 +175,234 @@ class Settings(BaseSettings):
         "idle_in_transaction_session_timeout on the role instead.",
     )
 
-    api_host: str = Field(default="127.0.0.1", description="API listen address.")
-    api_port: int = Field(default=8000, ge=0, le=65535, description="API port.")
+    @field_validator("url")
+    @classmethod
+    def _valid_database_url(cls, value: str | None) -> str | None:
+        if value:
+            problem = database_url_problem(value)
+            if problem:
+                # The value is not echoed: it may hold a password.
+                raise ValueError(f"malformed PostgreSQL URL: {problem}")
+        return value
 
-    aws_endpoint_url: str | None = Field(
-        default=None, description="SQS/S3 endpoint; unset locally means start the emulator."
-    )
-    aws_region: str = Field(default="us-east-1", description="AWS region of SQS and S3.")
-    emulator_port: int = Field(
-        default=0, ge=0, le=65535, description="Emulator port; 0 picks a free one."
-    )
-    sqs_queue_name: str = Field(default="jobrelay-work", description="The work queue.")
-    sqs_dlq_name: str = Field(
-        default="jobrelay-work-dlq", description="Dead-letter queue of the work queue."
-    )
-    sqs_max_receive_count: int = Field(
-        default=5, ge=1, description="Receives before a message moves to the dead-letter queue."
-    )
-    sqs_message_limit_bytes: int = Field(
-        default=256 * 1024,
-        ge=1024,
-        le=1024 * 1024,
-        description="Message size limit in UTF-8 bytes (SQS allows up to 1 MiB).",
-    )
-    s3_bucket: str = Field(default="jobrelay-results", description="Bucket of worker results.")
+    @property
+    def through_transaction_pooler(self) -> bool:
+        """True when DATABASE_URL is declared to go through a transaction pooler."""
+        return bool(self.url) and self.pooler == "transaction"
 
-    webhook_secrets: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=lambda: [SecretStr(DEVELOPMENT_WEBHOOK_SECRET)],
-        description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
-    )
+    def pool_options(
+        self,
+        *,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        wait_s: float | None = None,
+    ) -> PoolOptions:
+        """`open_pool`'s keyword arguments for one process; `min_size` and `max_size`
+        default to JOBRELAY_DB_POOL_MIN and JOBRELAY_DB_POOL_MAX, `wait_s` to none (the
+        pool's own connect-timeout-based wait)."""
+        return PoolOptions(
+            min_size=self.pool_min if min_size is None else min_size,
+            max_size=self.pool_max if max_size is None else max_size,
+            timeout_s=self.connect_timeout_s,
+            wait_s=wait_s,
+            transaction_pooler=self.through_transaction_pooler,
+            idle_in_transaction_timeout_s=self.idle_in_transaction_timeout_s,
+        )
 
-    auth_mode: Literal["local", "cognito"] = Field(
-        default="local",
-        description="local: tokens from the local issuer; cognito: a Cognito user pool.",
+
+class ApiSettings(_Group):
+    """The HTTP API: where it listens, how long a request waits, its /metrics."""
+
+    host: str = Field(
+        validation_alias="api_host", default="127.0.0.1", description="API listen address."
     )
-    cognito_user_pool_id: str | None = Field(
-        default=None, description="The Cognito user pool, e.g. eu-west-1_AbC123."
+    port: int = Field(
+        validation_alias="api_port", default=8000, ge=0, le=65535, description="API port."
     )
-    cognito_region: str | None = Field(
-        default=None, description="Region of the user pool; unset: JOBRELAY_AWS_REGION."
-    )
-    auth_client_ids: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="App client ids whose tokens are accepted (csv); local mode: jobrelay-local.",
-    )
-    auth_token_uses: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["access"], description="Accepted token_use values (csv)."
-    )
-    auth_admin_group: str = Field(
-        default="jobrelay-admins",
-        description="cognito:groups entry that grants the admin role (jobs endpoints).",
-    )
-    auth_leeway_s: float = Field(
-        default=10.0, ge=0, le=300, description="Clock leeway for exp/nbf/iat, in seconds."
-    )
-    auth_jwks_refresh_interval_s: float = Field(
-        default=30.0, ge=0, description="An unknown kid refetches the JWKS at most this often."
-    )
-    api_db_wait_s: float = Field(
+    db_wait_s: float = Field(
+        validation_alias="api_db_wait_s",
         default=1.0,
         gt=0,
         description="How long an API request waits for a database connection before it "
         "answers 503 with Retry-After (a database outage is never a hang).",
     )
-    api_metrics_token: SecretStr | None = Field(
+    metrics_token: SecretStr | None = Field(
+        validation_alias="api_metrics_token",
         default=None,
         description="Bearer token Prometheus presents on the API's /metrics; unset, /metrics "
         "needs an admin's JWT like the console endpoints.",
     )
-    api_metrics_timeout_s: float = Field(
+    metrics_timeout_s: float = Field(
+        validation_alias="api_metrics_timeout_s",
         default=2.0,
         gt=0,
         le=60,
         description="How long one /metrics scrape may read the database; groups not read by "
         "then are left out (jobrelay_db_scrape_complete 0), nothing read at all is a 503.",
     )
-    ui_session_secret: SecretStr = Field(
+    max_body_bytes: int = Field(
+        validation_alias="api_max_body_bytes",
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Request body cap (larger is a 413).",
+    )
+
+
+class AwsSettings(_Group):
+    """SQS and S3: the endpoint (or the local emulator) and the results bucket."""
+
+    endpoint_url: str | None = Field(
+        validation_alias="aws_endpoint_url",
+        default=None,
+        description="SQS/S3 endpoint; unset locally means start the emulator.",
+    )
+    region: str = Field(
+        validation_alias="aws_region", default="us-east-1", description="AWS region of SQS and S3."
+    )
+    emulator_port: int = Field(
+        validation_alias="emulator_port",
+        default=0,
+        ge=0,
+        le=65535,
+        description="Emulator port; 0 picks a free one.",
+    )
+    s3_bucket: str = Field(
+        validation_alias="s3_bucket",
+        default="jobrelay-results",
+        description="Bucket of worker results.",
+    )
+
+
+class SqsSettings(_Group):
+    """The work queue, its dead-letter queue and its message size limit."""
+
+    queue_name: str = Field(
+        validation_alias="sqs_queue_name", default="jobrelay-work", description="The work queue."
+    )
+    dlq_name: str = Field(
+        validation_alias="sqs_dlq_name",
+        default="jobrelay-work-dlq",
+        description="Dead-letter queue of the work queue.",
+    )
+    max_receive_count: int = Field(
+        validation_alias="sqs_max_receive_count",
+        default=5,
+        ge=1,
+        description="Receives before a message moves to the dead-letter queue.",
+    )
+    message_limit_bytes: int = Field(
+        validation_alias="sqs_message_limit_bytes",
+        default=256 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Message size limit in UTF-8 bytes (SQS allows up to 1 MiB).",
+    )
+
+
+class WebhookSettings(_Group):
+    """Standard Webhooks: the secrets the SQS workers sign with and the API verifies."""
+
+    secrets: Annotated[list[SecretStr], _CSV] = Field(
+        validation_alias="webhook_secrets",
+        default_factory=lambda: [SecretStr(DEVELOPMENT_WEBHOOK_SECRET)],
+        description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
+    )
+
+
+class AuthSettings(_Group):
+    """Bearer tokens: the local issuer or a Cognito user pool, and the admin group."""
+
+    mode: Literal["local", "cognito"] = Field(
+        validation_alias="auth_mode",
+        default="local",
+        description="local: tokens from the local issuer; cognito: a Cognito user pool.",
+    )
+    cognito_user_pool_id: str | None = Field(
+        validation_alias="cognito_user_pool_id",
+        default=None,
+        description="The Cognito user pool, e.g. eu-west-1_AbC123.",
+    )
+    cognito_region: str | None = Field(
+        validation_alias="cognito_region",
+        default=None,
+        description="Region of the user pool; unset: JOBRELAY_AWS_REGION.",
+    )
+    client_ids: Annotated[list[str], _CSV] = Field(
+        validation_alias="auth_client_ids",
+        default_factory=list,
+        description="App client ids whose tokens are accepted (csv); local mode: jobrelay-local.",
+    )
+    token_uses: Annotated[list[str], _CSV] = Field(
+        validation_alias="auth_token_uses",
+        default_factory=lambda: ["access"],
+        description="Accepted token_use values (csv).",
+    )
+    admin_group: str = Field(
+        validation_alias="auth_admin_group",
+        default="jobrelay-admins",
+        description="cognito:groups entry that grants the admin role (jobs endpoints).",
+    )
+    leeway_s: float = Field(
+        validation_alias="auth_leeway_s",
+        default=10.0,
+        ge=0,
+        le=300,
+        description="Clock leeway for exp/nbf/iat, in seconds.",
+    )
+    jwks_refresh_interval_s: float = Field(
+        validation_alias="auth_jwks_refresh_interval_s",
+        default=30.0,
+        ge=0,
+        description="An unknown kid refetches the JWKS at most this often.",
+    )
+
+
+class UiSettings(_Group):
+    """The console (/ui): its session cookie and its Cognito Hosted UI login."""
+
+    session_secret: SecretStr = Field(
+        validation_alias="ui_session_secret",
         default=SecretStr(DEVELOPMENT_UI_SESSION_SECRET),
         description="Signs the console's (/ui) session cookie (itsdangerous); production "
         "refuses the built-in development value.",
     )
-    ui_session_ttl_s: int = Field(
+    session_ttl_s: int = Field(
+        validation_alias="ui_session_ttl_s",
         default=8 * 3600,
         ge=60,
         le=7 * 86400,
         description="How long a console session (its cookie and the token inside) lasts.",
     )
-    ui_cognito_domain: str | None = Field(
+    cognito_domain: str | None = Field(
+        validation_alias="ui_cognito_domain",
         default=None,
         description="Base URL of the Cognito Hosted UI (the user pool's domain), e.g. "
         "https://myapp.auth.eu-west-1.amazoncognito.com: with JOBRELAY_AUTH_MODE=cognito the "
         "console's login is the authorization-code flow with PKCE through its "
         "/oauth2/authorize and /oauth2/token (https; http only on a loopback host).",
     )
-    ui_cognito_client_id: str | None = Field(
+    cognito_client_id: str | None = Field(
+        validation_alias="ui_cognito_client_id",
         default=None,
         description="The Cognito app client of the console's login (its tokens are accepted "
         "like JOBRELAY_AUTH_CLIENT_IDS'); allowed callback URL: JOBRELAY_UI_COGNITO_REDIRECT_URL, "
         "allowed sign-out URL: the same origin's /ui/logged-out.",
     )
-    ui_cognito_client_secret: SecretStr | None = Field(
+    cognito_client_secret: SecretStr | None = Field(
+        validation_alias="ui_cognito_client_secret",
         default=None,
         description="The console app client's secret, when it has one (sent with HTTP Basic "
         "to /oauth2/token); unset: a public client (PKCE only).",
     )
-    ui_cognito_redirect_url: str | None = Field(
+    cognito_redirect_url: str | None = Field(
+        validation_alias="ui_cognito_redirect_url",
         default=None,
         description="The console's callback as registered in the app client, "
         "https://<api host>/ui/auth/callback; unset (development only): derived from the "
         "request's host.",
     )
-    api_max_body_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1024, description="Request body cap (larger is a 413)."
-    )
-    sqs_worker_webhook_url: str = Field(
-        default="http://127.0.0.1:8000/v1/webhooks/worker",
-        description="Where the SQS workers post their signed outcomes.",
-    )
-    sqs_worker_concurrency: int = Field(
-        default=8, ge=1, le=256, description="Messages one sqs-worker process works at once."
-    )
-    sqs_worker_visibility_timeout_s: int = Field(
-        default=30, ge=1, le=43200, description="Visibility timeout a worker asks for per receive."
-    )
-    sqs_worker_heartbeat_s: float = Field(
-        default=10.0, gt=0, description="How often an in-flight message's visibility is extended."
-    )
-    sqs_worker_poll_wait_s: int = Field(default=10, ge=0, le=20, description="SQS long poll.")
-    sqs_worker_handler_timeout_s: float = Field(
-        default=120.0, gt=0, description="A handler running longer counts as a transient failure."
-    )
-    sqs_worker_webhook_timeout_s: float = Field(
-        default=10.0, gt=0, description="Timeout of one webhook request."
-    )
-    sqs_worker_webhook_retry_s: float = Field(
-        default=120.0, ge=0, description="How long one message's webhook is retried (5xx, 429)."
-    )
-    sqs_worker_shutdown_grace_s: float = Field(
-        default=20.0,
-        ge=0,
-        description="On SIGTERM/SIGINT, how long in-flight messages may finish before they are "
-        "made visible again.",
-    )
-    sqs_worker_file_root: Path | None = Field(
-        default=None, description="Directory file:// page URLs may read from; unset refuses them."
-    )
-    sqs_worker_fetch_max_bytes: int = Field(
-        default=5 * 1024 * 1024, ge=1024, description="Largest page a Page Import fetch reads."
-    )
 
-    batch_max_items: int = Field(
-        default=10_000, ge=1, description="Items per batch; more is a 422."
-    )
-    batch_cancel_inline_max: int = Field(
-        default=5_000,
-        ge=0,
-        description="A cancel with at most this many processing items marks them in its own "
-        "transaction; above it the cancel answers 202 at once and the relay finishes it.",
-    )
-    relay_lease_s: float = Field(
-        default=90.0, gt=0, description="How long a relay's claim on an item lasts."
-    )
-    relay_claim_size: int = Field(
-        default=100, ge=1, le=10_000, description="Items one relay loop claims per statement."
-    )
-    relay_workers: int = Field(
-        default=4, ge=1, le=64, description="Claim-send-record loops per relay process."
-    )
-    relay_db_pool_max: int | None = Field(
-        default=None,
-        ge=2,
-        description="Connections of a relay's pool; unset: JOBRELAY_RELAY_WORKERS + 2. A relay "
-        "also holds one LISTEN connection.",
-    )
-    relay_max_in_flight: int = Field(
-        default=16, ge=1, le=256, description="SendMessageBatch calls in flight per relay process."
-    )
-    relay_poll_interval_s: float = Field(
-        default=1.0,
-        gt=0,
-        description="How often an idle relay looks for due items (NOTIFY wakes it sooner).",
-    )
-    relay_retry_delay_s: float = Field(
-        default=2.0,
-        ge=0,
-        description="Delay before a failed dispatch is retried, times the attempt.",
-    )
-    relay_metrics_port: int = Field(
-        default=0, ge=0, le=65535, description="Port of the relay's /metrics; 0 serves none."
-    )
-    relay_org_window: int = Field(
-        default=200,
-        ge=1,
-        description="Items one organization may have in flight (claimed or sent to SQS, child "
-        "not yet terminal); the rest waits in the outbox, so another organization's batch is "
-        "not queued behind it in SQS. Size it a few times what the consumers hold at once "
-        "(SQS-worker processes x JOBRELAY_SQS_WORKER_CONCURRENCY): smaller starves the "
-        "consumers of one organization, larger lets a newcomer wait behind more items.",
-    )
-    relay_org_weights: str = Field(
-        default="",
-        description="Weights of organizations, e.g. 42=2,7=0.5: an organization's window and "
-        "share of each claim are multiplied by its weight (a positive number; unlisted: 1).",
-    )
-    relay_in_flight_expiry_s: float = Field(
-        default=900.0,
-        gt=0,
-        description="A sent item whose child got no outcome for this long stops counting "
-        "against its organization's window (a lost message does not hold a slot forever).",
-    )
-    relay_window_poll_s: float = Field(
-        default=0.05,
-        gt=0,
-        description="How soon an idle relay looks again while organizations with waiting "
-        "items are at their window (finished items wake no relay).",
-    )
-
-    app: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Job types of your own: package.module:attribute (a JobTypes), "
-        "comma-separated; the worker's and the API's --app add to it.",
-    )
-    diag_jobs_enabled: bool = Field(default=True, description="Enable diag.* job types.")
-    jobs_payload_limit_bytes: int = Field(
-        default=256 * 1024, ge=1, description="Largest job payload, in UTF-8 bytes of JSON."
-    )
-    jobs_lease_s: float = Field(
-        default=30.0, gt=0, description="Lease of a claimed job; heartbeats renew it."
-    )
-    jobs_rescue_interval_s: float = Field(
-        default=5.0, gt=0, description="How often a worker reclaims expired leases."
-    )
-    worker_concurrency: int | None = Field(
-        default=None,
-        ge=1,
-        description="Total jobs run at once per worker; alone, every class shares them.",
-    )
-    worker_slots: str = Field(
-        default="",
-        description="Jobs run at once per concurrency class, e.g. ai=2,default=8; "
-        "overrides the slots the job types declare.",
-    )
-    worker_poll_interval_s: float = Field(
-        default=0.25,
-        gt=0,
-        description="Worker wait between claims when idle (LISTEN/NOTIFY wakes it sooner).",
-    )
-    worker_db_pool_max: int | None = Field(
-        default=None,
-        ge=3,
-        description="Connections of a jobs worker's pool; unset: the larger of "
-        "JOBRELAY_DB_POOL_MAX and the worker's total slots + 6, at most 50. A worker also "
-        "holds one claim connection and one LISTEN connection.",
-    )
-    worker_listen: bool = Field(default=True, description="Wake workers by LISTEN/NOTIFY.")
-    worker_prefetch: int = Field(
-        default=0, ge=0, description="Jobs a worker claims ahead of its free slots."
-    )
-    worker_hold_slot_until_recorded: bool = Field(
-        default=True,
-        description="Bounded flush window: when more than 4 completions per slot wait for the "
-        "batched flush, a finished job keeps its slot until its completion is recorded (at "
-        "most one lease), so a killed worker re-runs at most 5 x slots finished handlers; "
-        "while the flush keeps up nothing waits. False never waits (completions pile up "
-        "without bound while the database is slow; more finished work re-run after a crash).",
-    )
-    worker_shutdown_grace_s: float = Field(
-        default=10.0, ge=0, description="On SIGTERM/SIGINT, how long running jobs may finish."
-    )
-    worker_metrics_port: int | None = Field(
-        default=None, ge=0, le=65535, description="Serve /metrics on this port (0: any free)."
-    )
-    jobs_global_caps: str = Field(
-        default="", description="Running jobs per class across all workers, e.g. ai=4."
-    )
-    jobs_rates: str = Field(
-        default="",
-        description="Job starts per class across all workers, e.g. ai=60/min,default=30/10s; "
-        "adds to (and overrides) the rates the job types declare.",
-    )
-    worker_fair_claims: bool = Field(
-        default=True,
-        description="Rotate claims across the fairness keys of a class (false: strict "
-        "priority and arrival order).",
-    )
-    jobs_reconcile_interval_s: float = Field(
-        default=10.0, gt=0, description="How often a worker repairs parents left behind."
-    )
-    jobs_prune_interval_s: float = Field(
-        default=300.0, gt=0, description="How often a worker prunes finished jobs."
-    )
-    jobs_retention_s: float = Field(
-        default=7 * 24 * 3600.0,
-        ge=0,
-        description="Finished jobs older than this are pruned; 0 keeps them forever.",
-    )
-    jobs_prune_log_threshold: int = Field(
-        default=1000,
-        ge=0,
-        description="A prune pass deleting more finished jobs than this logs one warning with "
-        "the count (smaller passes log at INFO).",
-    )
-    jobs_failpoints: str = Field(
-        default="", description="Injected failures for drills and tests, e.g. name=2,name."
-    )
-    schedules: str = Field(
-        default="",
-        description="Schedules as a JSON list of objects: name, cron (a 6th field is "
-        "seconds), jobType, and optionally payload, timezone (default UTC), catchUp "
-        "(one, the default, or skip); added to those the job types declare.",
-    )
-    schedules_grace_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="A schedule tick a worker reaches later than this after it was due was "
-        "missed (its catch-up policy applies); a younger one gets its own job.",
-    )
-    log_format: Literal["auto", "json", "console"] = Field(
-        default="auto", description="auto: console on a terminal, else JSON."
-    )
-    log_level: str = Field(default="INFO", description="Log level.")
-
-    @field_validator("webhook_secrets", "auth_client_ids", "auth_token_uses", "app", mode="before")
-    @classmethod
-    def _secrets_from_csv(cls, value: object) -> object:
-        return _split_csv(value)
-
-    @field_validator("ui_cognito_domain", "ui_cognito_redirect_url")
+    @field_validator("cognito_domain", "cognito_redirect_url")
     @classmethod
     def _https_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -462,41 +415,318 @@ class Settings(BaseSettings):
             raise ValueError("give an https:// URL (http:// only on a loopback host)")
         return value.strip().rstrip("/")
 
-    @field_validator("database_url")
-    @classmethod
-    def _valid_database_url(cls, value: str | None) -> str | None:
-        if value:
-            problem = database_url_problem(value)
-            if problem:
-                # The value is not echoed: it may hold a password.
-                raise ValueError(f"malformed PostgreSQL URL: {problem}")
-        return value
 
-    @field_validator("worker_slots")
-    @classmethod
-    def _valid_slots(cls, value: str) -> str:
-        parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
-        return value
+class SqsWorkerSettings(_Group):
+    """The reference SQS workers (`jobrelay sqs-worker`): receive, work, post outcomes."""
 
-    @field_validator("jobs_global_caps")
-    @classmethod
-    def _valid_caps(cls, value: str) -> str:
-        parse_class_counts(value, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1)
-        return value
+    webhook_url: str = Field(
+        validation_alias="sqs_worker_webhook_url",
+        default="http://127.0.0.1:8000/v1/webhooks/worker",
+        description="Where the SQS workers post their signed outcomes.",
+    )
+    concurrency: int = Field(
+        validation_alias="sqs_worker_concurrency",
+        default=8,
+        ge=1,
+        le=256,
+        description="Messages one sqs-worker process works at once.",
+    )
+    visibility_timeout_s: int = Field(
+        validation_alias="sqs_worker_visibility_timeout_s",
+        default=30,
+        ge=1,
+        le=43200,
+        description="Visibility timeout a worker asks for per receive.",
+    )
+    heartbeat_s: float = Field(
+        validation_alias="sqs_worker_heartbeat_s",
+        default=10.0,
+        gt=0,
+        description="How often an in-flight message's visibility is extended.",
+    )
+    poll_wait_s: int = Field(
+        validation_alias="sqs_worker_poll_wait_s",
+        default=10,
+        ge=0,
+        le=20,
+        description="SQS long poll.",
+    )
+    handler_timeout_s: float = Field(
+        validation_alias="sqs_worker_handler_timeout_s",
+        default=120.0,
+        gt=0,
+        description="A handler running longer counts as a transient failure.",
+    )
+    webhook_timeout_s: float = Field(
+        validation_alias="sqs_worker_webhook_timeout_s",
+        default=10.0,
+        gt=0,
+        description="Timeout of one webhook request.",
+    )
+    webhook_retry_s: float = Field(
+        validation_alias="sqs_worker_webhook_retry_s",
+        default=120.0,
+        ge=0,
+        description="How long one message's webhook is retried (5xx, 429).",
+    )
+    shutdown_grace_s: float = Field(
+        validation_alias="sqs_worker_shutdown_grace_s",
+        default=20.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, how long in-flight messages may finish before they are "
+        "made visible again.",
+    )
+    file_root: Path | None = Field(
+        validation_alias="sqs_worker_file_root",
+        default=None,
+        description="Directory file:// page URLs may read from; unset refuses them.",
+    )
+    fetch_max_bytes: int = Field(
+        validation_alias="sqs_worker_fetch_max_bytes",
+        default=5 * 1024 * 1024,
+        ge=1024,
+        description="Largest page a Page Import fetch reads.",
+    )
 
-    @field_validator("jobs_rates")
-    @classmethod
-    def _valid_rates(cls, value: str) -> str:
-        parse_class_rates(value, what="JOBRELAY_JOBS_RATES")
-        return value
+    @model_validator(mode="after")
+    def _heartbeat_inside_the_visibility_timeout(self) -> SqsWorkerSettings:
+        if self.heartbeat_s >= self.visibility_timeout_s:
+            raise ValueError(
+                "JOBRELAY_SQS_WORKER_HEARTBEAT_S must be shorter than "
+                "JOBRELAY_SQS_WORKER_VISIBILITY_TIMEOUT_S"
+            )
+        return self
 
-    @field_validator("relay_org_weights")
+
+class BatchSettings(_Group):
+    """Batches: their size and how a cancel is carried out."""
+
+    max_items: int = Field(
+        validation_alias="batch_max_items",
+        default=10_000,
+        ge=1,
+        description="Items per batch; more is a 422.",
+    )
+    cancel_inline_max: int = Field(
+        validation_alias="batch_cancel_inline_max",
+        default=5_000,
+        ge=0,
+        description="A cancel with at most this many processing items marks them in its own "
+        "transaction; above it the cancel answers 202 at once and the relay finishes it.",
+    )
+
+
+class RelaySettings(_Group):
+    """The batch relay (`jobrelay relay`): claims, sends, windows per organization."""
+
+    lease_s: float = Field(
+        validation_alias="relay_lease_s",
+        default=90.0,
+        gt=0,
+        description="How long a relay's claim on an item lasts.",
+    )
+    claim_size: int = Field(
+        validation_alias="relay_claim_size",
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Items one relay loop claims per statement.",
+    )
+    workers: int = Field(
+        validation_alias="relay_workers",
+        default=4,
+        ge=1,
+        le=64,
+        description="Claim-send-record loops per relay process.",
+    )
+    db_pool_max: int | None = Field(
+        validation_alias="relay_db_pool_max",
+        default=None,
+        ge=2,
+        description="Connections of a relay's pool; unset: JOBRELAY_RELAY_WORKERS + 2. A relay "
+        "also holds one LISTEN connection.",
+    )
+    max_in_flight: int = Field(
+        validation_alias="relay_max_in_flight",
+        default=16,
+        ge=1,
+        le=256,
+        description="SendMessageBatch calls in flight per relay process.",
+    )
+    poll_interval_s: float = Field(
+        validation_alias="relay_poll_interval_s",
+        default=1.0,
+        gt=0,
+        description="How often an idle relay looks for due items (NOTIFY wakes it sooner).",
+    )
+    retry_delay_s: float = Field(
+        validation_alias="relay_retry_delay_s",
+        default=2.0,
+        ge=0,
+        description="Delay before a failed dispatch is retried, times the attempt.",
+    )
+    metrics_port: int = Field(
+        validation_alias="relay_metrics_port",
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the relay's /metrics; 0 serves none.",
+    )
+    org_window: int = Field(
+        validation_alias="relay_org_window",
+        default=200,
+        ge=1,
+        description="Items one organization may have in flight (claimed or sent to SQS, child "
+        "not yet terminal); the rest waits in the outbox, so another organization's batch is "
+        "not queued behind it in SQS. Size it a few times what the consumers hold at once "
+        "(SQS-worker processes x JOBRELAY_SQS_WORKER_CONCURRENCY): smaller starves the "
+        "consumers of one organization, larger lets a newcomer wait behind more items.",
+    )
+    org_weights: str = Field(
+        validation_alias="relay_org_weights",
+        default="",
+        description="Weights of organizations, e.g. 42=2,7=0.5: an organization's window and "
+        "share of each claim are multiplied by its weight (a positive number; unlisted: 1).",
+    )
+    in_flight_expiry_s: float = Field(
+        validation_alias="relay_in_flight_expiry_s",
+        default=900.0,
+        gt=0,
+        description="A sent item whose child got no outcome for this long stops counting "
+        "against its organization's window (a lost message does not hold a slot forever).",
+    )
+    window_poll_s: float = Field(
+        validation_alias="relay_window_poll_s",
+        default=0.05,
+        gt=0,
+        description="How soon an idle relay looks again while organizations with waiting "
+        "items are at their window (finished items wake no relay).",
+    )
+
+    @field_validator("org_weights")
     @classmethod
     def _valid_weights(cls, value: str) -> str:
-        parse_organization_weights(value, what="JOBRELAY_RELAY_ORG_WEIGHTS")
+        _organization_weights(value)
         return value
 
-    @field_validator("jobs_failpoints")
+    def organization_weights(self) -> tuple[tuple[int, float], ...]:
+        """JOBRELAY_RELAY_ORG_WEIGHTS parsed: (organization id, weight) pairs."""
+        return _organization_weights(self.org_weights)
+
+
+class JobsWorkerOptions(TypedDict):
+    """The keyword arguments of `jobrelay.jobs.WorkerConfig` that `settings.jobs` decides:
+    the lease and the maintenance loops every worker runs."""
+
+    lease_s: float
+    rescue_interval_s: float
+    reconcile_interval_s: float
+    prune_interval_s: float
+    retention_s: float | None
+    prune_log_threshold: int
+    schedule_grace_s: float
+
+
+class JobsSettings(_Group):
+    """The jobs engine: job types, payloads, leases, limits across workers, schedules,
+    pruning."""
+
+    app: Annotated[list[str], _CSV] = Field(
+        validation_alias="app",
+        default_factory=list,
+        description="Job types of your own: package.module:attribute (a JobTypes), "
+        "comma-separated; the worker's and the API's --app add to it.",
+    )
+    diag_enabled: bool = Field(
+        validation_alias="diag_jobs_enabled", default=True, description="Enable diag.* job types."
+    )
+    payload_limit_bytes: int = Field(
+        validation_alias="jobs_payload_limit_bytes",
+        default=256 * 1024,
+        ge=1,
+        description="Largest job payload, in UTF-8 bytes of JSON.",
+    )
+    lease_s: float = Field(
+        validation_alias="jobs_lease_s",
+        default=30.0,
+        gt=0,
+        description="Lease of a claimed job; heartbeats renew it.",
+    )
+    rescue_interval_s: float = Field(
+        validation_alias="jobs_rescue_interval_s",
+        default=5.0,
+        gt=0,
+        description="How often a worker reclaims expired leases.",
+    )
+    global_caps: str = Field(
+        validation_alias="jobs_global_caps",
+        default="",
+        description="Running jobs per class across all workers, e.g. ai=4.",
+    )
+    rates: str = Field(
+        validation_alias="jobs_rates",
+        default="",
+        description="Job starts per class across all workers, e.g. ai=60/min,default=30/10s; "
+        "adds to (and overrides) the rates the job types declare.",
+    )
+    reconcile_interval_s: float = Field(
+        validation_alias="jobs_reconcile_interval_s",
+        default=10.0,
+        gt=0,
+        description="How often a worker repairs parents left behind.",
+    )
+    prune_interval_s: float = Field(
+        validation_alias="jobs_prune_interval_s",
+        default=300.0,
+        gt=0,
+        description="How often a worker prunes finished jobs.",
+    )
+    retention_s: float = Field(
+        validation_alias="jobs_retention_s",
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="Finished jobs older than this are pruned; 0 keeps them forever.",
+    )
+    prune_log_threshold: int = Field(
+        validation_alias="jobs_prune_log_threshold",
+        default=1000,
+        ge=0,
+        description="A prune pass deleting more finished jobs than this logs one warning with "
+        "the count (smaller passes log at INFO).",
+    )
+    failpoints: str = Field(
+        validation_alias="jobs_failpoints",
+        default="",
+        description="Injected failures for drills and tests, e.g. name=2,name.",
+    )
+    schedules: str = Field(
+        validation_alias="schedules",
+        default="",
+        description="Schedules as a JSON list of objects: name, cron (a 6th field is "
+        "seconds), jobType, and optionally payload, timezone (default UTC), catchUp "
+        "(one, the default, or skip); added to those the job types declare.",
+    )
+    schedules_grace_s: float = Field(
+        validation_alias="schedules_grace_s",
+        default=10.0,
+        gt=0,
+        description="A schedule tick a worker reaches later than this after it was due was "
+        "missed (its catch-up policy applies); a younger one gets its own job.",
+    )
+
+    @field_validator("global_caps")
+    @classmethod
+    def _valid_caps(cls, value: str) -> str:
+        _class_caps(value)
+        return value
+
+    @field_validator("rates")
+    @classmethod
+    def _valid_rates(cls, value: str) -> str:
+        _class_rates(value)
+        return value
+
+    @field_validator("failpoints")
     @classmethod
     def _valid_failpoints(cls, value: str) -> str:
         parse_failpoints(value)
@@ -514,22 +744,195 @@ class Settings(BaseSettings):
                 raise ValueError("JOBRELAY_SCHEDULES must be a JSON list of objects")
         return value
 
-    @model_validator(mode="after")
-    def _heartbeat_inside_the_visibility_timeout(self) -> Settings:
-        if self.sqs_worker_heartbeat_s >= self.sqs_worker_visibility_timeout_s:
-            raise ValueError(
-                "JOBRELAY_SQS_WORKER_HEARTBEAT_S must be shorter than "
-                "JOBRELAY_SQS_WORKER_VISIBILITY_TIMEOUT_S"
-            )
-        return self
+    def class_caps(self) -> dict[str, int]:
+        """JOBRELAY_JOBS_GLOBAL_CAPS parsed: running jobs per class across all workers."""
+        return _class_caps(self.global_caps)
+
+    def class_rates(self) -> dict[str, Rate]:
+        """JOBRELAY_JOBS_RATES parsed: job starts per class across all workers."""
+        return _class_rates(self.rates)
+
+    def worker_config(self) -> JobsWorkerOptions:
+        """This group's keyword arguments of `jobrelay.jobs.WorkerConfig`."""
+        return JobsWorkerOptions(
+            lease_s=self.lease_s,
+            rescue_interval_s=self.rescue_interval_s,
+            reconcile_interval_s=self.reconcile_interval_s,
+            prune_interval_s=self.prune_interval_s,
+            retention_s=self.retention_s or None,  # 0 keeps finished jobs forever
+            prune_log_threshold=self.prune_log_threshold,
+            schedule_grace_s=self.schedules_grace_s,
+        )
+
+
+class WorkerOptions(TypedDict):
+    """The keyword arguments of `jobrelay.jobs.WorkerConfig` that `settings.worker` decides
+    on its own (slots, listening and what a command line overrides are bootstrap's)."""
+
+    poll_interval_s: float
+    prefetch: int
+    fair_claims: bool
+    hold_slot_until_recorded: bool
+
+
+class WorkerSettings(_Group):
+    """A jobs worker (`jobrelay worker`): slots, claiming, its pool, shutdown, /metrics."""
+
+    concurrency: int | None = Field(
+        validation_alias="worker_concurrency",
+        default=None,
+        ge=1,
+        description="Total jobs run at once per worker; alone, every class shares them.",
+    )
+    slots: str = Field(
+        validation_alias="worker_slots",
+        default="",
+        description="Jobs run at once per concurrency class, e.g. ai=2,default=8; "
+        "overrides the slots the job types declare.",
+    )
+    poll_interval_s: float = Field(
+        validation_alias="worker_poll_interval_s",
+        default=0.25,
+        gt=0,
+        description="Worker wait between claims when idle (LISTEN/NOTIFY wakes it sooner).",
+    )
+    db_pool_max: int | None = Field(
+        validation_alias="worker_db_pool_max",
+        default=None,
+        ge=3,
+        description="Connections of a jobs worker's pool; unset: the larger of "
+        "JOBRELAY_DB_POOL_MAX and the worker's total slots + 6, at most 50. A worker also "
+        "holds one claim connection and one LISTEN connection.",
+    )
+    listen: bool = Field(
+        validation_alias="worker_listen", default=True, description="Wake workers by LISTEN/NOTIFY."
+    )
+    prefetch: int = Field(
+        validation_alias="worker_prefetch",
+        default=0,
+        ge=0,
+        description="Jobs a worker claims ahead of its free slots.",
+    )
+    hold_slot_until_recorded: bool = Field(
+        validation_alias="worker_hold_slot_until_recorded",
+        default=True,
+        description="Bounded flush window: when more than 4 completions per slot wait for the "
+        "batched flush, a finished job keeps its slot until its completion is recorded (at "
+        "most one lease), so a killed worker re-runs at most 5 x slots finished handlers; "
+        "while the flush keeps up nothing waits. False never waits (completions pile up "
+        "without bound while the database is slow; more finished work re-run after a crash).",
+    )
+    shutdown_grace_s: float = Field(
+        validation_alias="worker_shutdown_grace_s",
+        default=10.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, how long running jobs may finish.",
+    )
+    metrics_port: int | None = Field(
+        validation_alias="worker_metrics_port",
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve /metrics on this port (0: any free).",
+    )
+    fair_claims: bool = Field(
+        validation_alias="worker_fair_claims",
+        default=True,
+        description="Rotate claims across the fairness keys of a class (false: strict "
+        "priority and arrival order).",
+    )
+
+    @field_validator("slots")
+    @classmethod
+    def _valid_slots(cls, value: str) -> str:
+        parse_class_counts(value, what="JOBRELAY_WORKER_SLOTS", minimum=0)
+        return value
+
+    def worker_config(self) -> WorkerOptions:
+        """This group's keyword arguments of `jobrelay.jobs.WorkerConfig`."""
+        return WorkerOptions(
+            poll_interval_s=self.poll_interval_s,
+            prefetch=self.prefetch,
+            fair_claims=self.fair_claims,
+            hold_slot_until_recorded=self.hold_slot_until_recorded,
+        )
+
+
+class LogSettings(_Group):
+    """Logging of every process."""
+
+    format: Literal["auto", "json", "console"] = Field(
+        validation_alias="log_format",
+        default="auto",
+        description="auto: console on a terminal, else JSON.",
+    )
+    level: str = Field(validation_alias="log_level", default="INFO", description="Log level.")
+
+
+def _class_caps(text: str) -> dict[str, int]:
+    return parse_class_counts(text, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1)
+
+
+def _class_rates(text: str) -> dict[str, Rate]:
+    return parse_class_rates(text, what="JOBRELAY_JOBS_RATES")
+
+
+def _organization_weights(text: str) -> tuple[tuple[int, float], ...]:
+    return parse_organization_weights(text, what="JOBRELAY_RELAY_ORG_WEIGHTS")
+
+
+class Settings(BaseSettings):
+    """All configuration of jobrelay, one group per part; `make docs` renders it as
+    docs/reference/settings.md."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    env: Environment = Field(
+        default="development",
+        description="production refuses development defaults at startup (built-in webhook "
+        "secret, local auth, /dev routes, embedded PostgreSQL); unset, `jobrelay api`, "
+        "`worker`, `relay` and `sqs-worker` started on their own run as production, `up`, "
+        "`demo` and the other commands as development.",
+    )
+    data_dir: Path = Field(
+        default=Path(".jobrelay"),
+        description="Local state: embedded PostgreSQL data, local token issuer keys.",
+    )
+
+    db: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    aws: AwsSettings = Field(default_factory=AwsSettings)
+    sqs: SqsSettings = Field(default_factory=SqsSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    ui: UiSettings = Field(default_factory=UiSettings)
+    sqs_worker: SqsWorkerSettings = Field(default_factory=SqsWorkerSettings)
+    batches: BatchSettings = Field(default_factory=BatchSettings)
+    relay: RelaySettings = Field(default_factory=RelaySettings)
+    jobs: JobsSettings = Field(default_factory=JobsSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    def updated(self, **groups: Mapping[str, object]) -> Settings:
+        """A copy with fields of some groups replaced, e.g. a command-line option:
+        `settings.updated(db={"pool_max": 30})`. Like `model_copy` the values are not
+        validated and count as set; a name that is no field of its group raises ValueError."""
+        update: dict[str, Any] = {}
+        for name, values in groups.items():
+            group = getattr(self, name)
+            unknown = sorted(set(values) - set(type(group).model_fields))
+            if unknown:
+                raise ValueError(f"settings.{name} has no field {', '.join(unknown)}")
+            update[name] = group.model_copy(update=values)
+        return self.model_copy(update=update)
 
     @property
     def cognito_issuer(self) -> str | None:
         """`https://cognito-idp.<region>.amazonaws.com/<pool id>` when a pool is configured."""
-        if not self.cognito_user_pool_id:
+        if not self.auth.cognito_user_pool_id:
             return None
-        region = self.cognito_region or self.aws_region
-        return f"https://cognito-idp.{region}.amazonaws.com/{self.cognito_user_pool_id}"
+        region = self.auth.cognito_region or self.aws.region
+        return f"https://cognito-idp.{region}.amazonaws.com/{self.auth.cognito_user_pool_id}"
 
     @property
     def pgdata_dir(self) -> Path:
@@ -546,12 +949,14 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # `<VARIABLE>_FILE` ranks with the variable itself: both set is refused by the source.
+        # The variables are read by `GroupedEnvSource` alone (pydantic-settings' own source
+        # would read JOBRELAY_DB and friends as JSON for whole groups, a second way to set
+        # them); no .env file and no secrets directory is configured, so their sources,
+        # which read nothing, are left out.
         return (
-            init_settings,
+            KeysByAlias(settings_cls, init_settings),
             SecretFileSource(settings_cls),
-            env_settings,
-            dotenv_settings,
-            file_secret_settings,
+            GroupedEnvSource(settings_cls),
         )
 
 
@@ -591,14 +996,145 @@ def _mentions_secret(annotation: object) -> bool:
 
 
 def env_names(name: str, field: FieldInfo) -> list[str]:
-    """The environment variables that set field `name`, the preferred one first."""
+    """The environment variables that set field `name` (of a group or of `Settings`), the
+    preferred one first: the choices of an `AliasChoices`, else `JOBRELAY_` + the flat name
+    (the alias, or the field's own name) upper-cased."""
     alias = field.validation_alias
     if isinstance(alias, AliasChoices):
         return [choice for choice in alias.choices if isinstance(choice, str)]
-    if isinstance(alias, str):
-        return [alias]
-    prefix = Settings.model_config.get("env_prefix", "")
-    return [f"{prefix}{name}".upper()]
+    flat = alias if isinstance(alias, str) else name
+    return [f"{ENV_PREFIX}{flat}".upper()]
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """One setting: the group holding it, its field, and the variables that set it."""
+
+    group: str | None
+    """The field of `Settings` that holds it; None for a field of `Settings` itself."""
+    name: str
+    field: FieldInfo
+
+    @property
+    def key(self) -> str:
+        """The key the sources give its value under (and a validation error's location
+        names): its flat name, the first alias, else the field's name."""
+        alias = self.field.validation_alias
+        if isinstance(alias, AliasChoices):
+            first = alias.choices[0]
+            return first if isinstance(first, str) else self.name
+        return alias if isinstance(alias, str) else self.name
+
+    @property
+    def path(self) -> str:
+        """Where code reads it: `db.pool_max` is `settings.db.pool_max`."""
+        return self.name if self.group is None else f"{self.group}.{self.name}"
+
+    @property
+    def variables(self) -> list[str]:
+        """The environment variables that set it, the preferred one first."""
+        return env_names(self.name, self.field)
+
+    @property
+    def secret(self) -> bool:
+        """True when it may also come from `<VARIABLE>_FILE` (and is never echoed)."""
+        return is_secret(self.field)
+
+
+def setting_groups() -> dict[str, type[BaseModel]]:
+    """The groups of `Settings` by field name, in declaration order."""
+    groups: dict[str, type[BaseModel]] = {}
+    for name, field in Settings.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, _Group):
+            groups[name] = field.annotation
+    return groups
+
+
+@functools.cache
+def setting_fields() -> tuple[SettingField, ...]:
+    """Every setting, in declaration order: the fields of `Settings` itself, then each
+    group's."""
+    groups = setting_groups()
+    fields = [
+        SettingField(None, name, field)
+        for name, field in Settings.model_fields.items()
+        if name not in groups
+    ]
+    for group, model in groups.items():
+        fields += [SettingField(group, name, field) for name, field in model.model_fields.items()]
+    return tuple(fields)
+
+
+def find_setting(loc: tuple[int | str, ...]) -> tuple[SettingField, tuple[int | str, ...]] | None:
+    """The setting a validation error's location names and the rest of the location (an
+    index in a list), or None when it names no single setting (a check across a group)."""
+    for setting in setting_fields():
+        head = (setting.key,) if setting.group is None else (setting.group, setting.key)
+        if loc[: len(head)] == head:
+            return setting, loc[len(head) :]
+    return None
+
+
+def _nested(values: list[tuple[SettingField, object]]) -> dict[str, Any]:
+    """(setting, value) pairs as the sources give them: `{group: {key: value}}`."""
+    nested: dict[str, Any] = {}
+    for setting, value in values:
+        if setting.group is None:
+            nested[setting.key] = value
+        else:
+            nested.setdefault(setting.group, {})[setting.key] = value
+    return nested
+
+
+class KeysByAlias(PydanticBaseSettingsSource):
+    """The values given to `Settings(...)` or `load_settings(...)`, each group's keyed like
+    the other sources' (a field's name becomes its alias), so that a value given in code
+    wins over the environment's when both are merged."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource
+    ) -> None:
+        super().__init__(settings_cls)
+        self._init_settings = init_settings
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Unused: `__call__` renames the keys of the init source's whole output.
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = dict(self._init_settings())
+        aliases: dict[str, dict[str, str]] = {}
+        for setting in setting_fields():
+            if setting.group is not None:
+                aliases.setdefault(setting.group, {})[setting.name] = setting.key
+        for group, renames in aliases.items():
+            given = values.get(group)
+            if isinstance(given, Mapping):  # a group model given whole stays as it is
+                values[group] = {renames.get(key, key): value for key, value in given.items()}
+        return values
+
+
+class GroupedEnvSource(PydanticBaseSettingsSource):
+    """Every setting from its environment variable, read in one pass over the environment.
+
+    Like pydantic-settings' own source: names match case-insensitively, the first variable
+    of a setting that is set wins (`DATABASE_URL` before `JOBRELAY_DATABASE_URL`), and the
+    text is validated by the field (a comma-separated list is split by its validator).
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Unused: `__call__` reads every setting itself.
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        environ = {name.lower(): value for name, value in os.environ.items()}
+        values: list[tuple[SettingField, object]] = []
+        for setting in setting_fields():
+            for variable in setting.variables:
+                if variable.lower() in environ:
+                    values.append((setting, environ[variable.lower()]))
+                    break
+        return _nested(values)
 
 
 class SecretFileSource(PydanticBaseSettingsSource):
@@ -614,11 +1150,11 @@ class SecretFileSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name, field in self.settings_cls.model_fields.items():
-            if not is_secret(field):
+        values: list[tuple[SettingField, object]] = []
+        for setting in setting_fields():
+            if not setting.secret:
                 continue
-            for variable in env_names(name, field):
+            for variable in setting.variables:
                 path = os.environ.get(f"{variable}_FILE")
                 if not path:
                     continue
@@ -626,9 +1162,9 @@ class SecretFileSource(PydanticBaseSettingsSource):
                     raise SettingsFileError(
                         f"both {variable} and {variable}_FILE are set; set one of them"
                     )
-                values[name] = _read_secret_file(f"{variable}_FILE", path)
+                values.append((setting, _read_secret_file(f"{variable}_FILE", path)))
                 break
-        return values
+        return _nested(values)
 
 
 def _read_secret_file(variable: str, path: str) -> str:
@@ -640,12 +1176,15 @@ def _read_secret_file(variable: str, path: str) -> str:
 
 
 def load_settings(*, default_env: Environment | None = None, **overrides: object) -> Settings:
-    """Read settings from the environment (and explicit overrides, e.g. CLI flags).
+    """Read settings from the environment (and explicit overrides, e.g. CLI flags: a group
+    as a dict by field name, `load_settings(api={"port": 8001})`, merged into what the
+    environment sets for that group).
 
     `default_env` is the environment when `JOBRELAY_ENV` (or an override) does not say:
     the long-running commands started on their own pass "production".
     """
     settings = Settings(**overrides)  # type: ignore[arg-type]
     if default_env is not None and "env" not in settings.model_fields_set:
-        settings = Settings(**{**overrides, "env": default_env})  # type: ignore[arg-type]
+        # Read once: the default takes the place of JOBRELAY_ENV (and counts as set, like it).
+        settings = settings.model_copy(update={"env": default_env})
     return settings

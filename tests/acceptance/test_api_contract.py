@@ -126,7 +126,7 @@ async def test_every_route_needs_a_token_and_hides_other_organizations(api: ApiH
 
 
 async def test_oversized_bodies_are_413_problem(api: ApiHarness) -> None:
-    cap = api.services.settings.api_max_body_bytes
+    cap = api.services.settings.api.max_body_bytes
     response = await api.client.post(
         "/v1/webhooks/worker", content=b"x" * (cap + 1), headers=api.headers("alice")
     )

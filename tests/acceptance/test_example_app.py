@@ -30,7 +30,7 @@ async def test_the_example_job_types_run_end_to_end(
     db_dsn: str, issuer_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE_SRC))
-    async with api_harness(db_dsn, issuer_dir, app=[APP]) as api:
+    async with api_harness(db_dsn, issuer_dir, jobs={"app": [APP]}) as api:
         admin = api.headers("ops", admin=True)
         over_http = await api.client.post(
             "/v1/jobs",

@@ -125,7 +125,7 @@ async def test_missing_or_malformed_header_is_401(api: ApiHarness, header: str |
 
 
 async def test_id_tokens_pass_when_configured(db_dsn: str, issuer_dir: Path) -> None:
-    async with api_harness(db_dsn, issuer_dir, auth_token_uses=["access", "id"]) as api:
+    async with api_harness(db_dsn, issuer_dir, auth={"token_uses": ["access", "id"]}) as api:
         assert api.services.local_issuer is not None
         token = api.services.local_issuer.mint("bob", token_use="id")
         status, body = await _me(api, f"Bearer {token}")
@@ -206,7 +206,7 @@ def test_pyjwt_refuses_our_fixed_algorithm_list_for_hs256() -> None:
 async def test_the_admin_group_setting_is_what_local_admin_tokens_carry(
     db_dsn: str, issuer_dir: Path
 ) -> None:
-    async with api_harness(db_dsn, issuer_dir, auth_admin_group="ops-admins") as api:
+    async with api_harness(db_dsn, issuer_dir, auth={"admin_group": "ops-admins"}) as api:
         status, body = await _me(api, f"Bearer {api.token('root', admin=True)}")
         default_group = LocalIssuer(issuer_dir).mint("root", admin=True)
         _, other = await _me(api, f"Bearer {default_group}")

@@ -128,7 +128,7 @@ async def test_item_limit_and_utf8_message_size_are_checked_before_writing(
     db_dsn: str, issuer_dir: Path
 ) -> None:
     async with api_harness(
-        db_dsn, issuer_dir, batch_max_items=3, sqs_message_limit_bytes=4096
+        db_dsn, issuer_dir, batches={"max_items": 3}, sqs={"message_limit_bytes": 4096}
     ) as api:
         scope = await api.tenant("alice")
         url = f"/v1/projects/{scope.project_id}/batches"

@@ -28,7 +28,9 @@ INLINE_MAX = 10
 
 @pytest.fixture
 async def small_inline_api(db_dsn: str, issuer_dir: Path) -> AsyncIterator[ApiHarness]:
-    async with api_harness(db_dsn, issuer_dir, batch_cancel_inline_max=INLINE_MAX) as harness:
+    async with api_harness(
+        db_dsn, issuer_dir, batches={"cancel_inline_max": INLINE_MAX}
+    ) as harness:
         yield harness
 
 

@@ -33,9 +33,8 @@ async def api(
     async with api_harness(
         db_dsn,
         issuer_dir,
-        aws_endpoint_url=emulator_url,
-        sqs_queue_name=aws_resources.queues.work.rsplit("/", 1)[-1],
-        s3_bucket=aws_resources.bucket,
+        aws={"endpoint_url": emulator_url, "s3_bucket": aws_resources.bucket},
+        sqs={"queue_name": aws_resources.queues.work.rsplit("/", 1)[-1]},
     ) as harness:
         yield harness
 
@@ -44,7 +43,7 @@ async def api(
 async def dispatching(api: ApiHarness, send: MessageSender | None = None) -> AsyncIterator[None]:
     """A jobs worker whose Code2WF dispatch sends with `send` (default: the test queue)."""
     settings = api.services.settings
-    sender = send or QueueSender(api.services.aws, settings.sqs_queue_name)
+    sender = send or QueueSender(api.services.aws, settings.sqs.queue_name)
     group = content.job_types()
     group.include(code2wf_dispatch.job_types(sender, retry=FAST_RETRY))
     registry = group.registry()

@@ -32,9 +32,8 @@ async def console(db_dsn: str, issuer_dir: Path) -> AsyncIterator[ApiHarness]:
     async with api_harness(
         db_dsn,
         issuer_dir,
-        jobs_global_caps="ai=2",
-        api_metrics_token=METRICS_TOKEN,
-        api_metrics_timeout_s=0.5,
+        jobs={"global_caps": "ai=2"},
+        api={"metrics_token": METRICS_TOKEN, "metrics_timeout_s": 0.5},
     ) as harness:
         yield harness
 

@@ -44,12 +44,13 @@ async def console(db_dsn: str, issuer_dir: Path, cognito: FakeCognito) -> AsyncI
     async with api_harness(
         db_dsn,
         issuer_dir,
-        auth_mode="cognito",
-        cognito_user_pool_id="eu-west-1_Test123",
-        cognito_region="eu-west-1",
-        auth_client_ids="api-client",
-        ui_cognito_domain=cognito.base,
-        ui_cognito_client_id=CONSOLE_CLIENT,
+        auth={
+            "mode": "cognito",
+            "cognito_user_pool_id": "eu-west-1_Test123",
+            "cognito_region": "eu-west-1",
+            "client_ids": "api-client",
+        },
+        ui={"cognito_domain": cognito.base, "cognito_client_id": CONSOLE_CLIENT},
     ) as harness:
         # The API's own verifier (its settings' policy) with the stand-in as the user pool.
         services = dataclasses.replace(

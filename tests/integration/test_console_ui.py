@@ -164,7 +164,7 @@ async def test_an_empty_subject_is_a_clear_message(api: ApiHarness) -> None:
 
 async def test_outside_development_the_cookie_is_secure(db_dsn: str, issuer_dir: Path) -> None:
     async with api_harness(
-        db_dsn, issuer_dir, env="production", ui_session_secret="s" * 40
+        db_dsn, issuer_dir, env="production", ui={"session_secret": "s" * 40}
     ) as harness:
         transport = httpx.ASGITransport(app=create_app(harness.services))
         async with httpx.AsyncClient(transport=transport, base_url="https://api") as client:
@@ -182,10 +182,12 @@ async def test_cognito_mode_says_the_console_login_is_not_configured(
     async with api_harness(
         db_dsn,
         issuer_dir,
-        auth_mode="cognito",
-        cognito_user_pool_id="eu-west-1_AbC123",
-        cognito_region="eu-west-1",
-        auth_client_ids="client1",
+        auth={
+            "mode": "cognito",
+            "cognito_user_pool_id": "eu-west-1_AbC123",
+            "cognito_region": "eu-west-1",
+            "client_ids": "client1",
+        },
     ) as harness:
         response = await harness.client.get("/ui/login")
         assert response.status_code == 501

@@ -23,7 +23,7 @@ async def test_health_and_readiness_answer_200(db_dsn: str) -> None:
 
 async def test_readiness_is_503_problem_when_the_database_is_gone(pg_server: PgServer) -> None:
     name = pg_server.create_database()
-    settings = load_settings(db_pool_min=1, db_pool_max=1)
+    settings = load_settings(db={"pool_min": 1, "pool_max": 1})
     async with build_services(settings, pg_server.dsn(name)) as services:
         transport = httpx.ASGITransport(app=create_app(services))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:

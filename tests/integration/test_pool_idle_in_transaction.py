@@ -41,7 +41,7 @@ async def test_a_session_left_idle_in_a_transaction_is_ended_and_its_locks_freed
 
 
 async def test_processes_set_the_timeout_from_settings(db_dsn: str, tmp_path: Path) -> None:
-    harness = api_harness(db_dsn, tmp_path, db_idle_in_transaction_timeout_s=90)
+    harness = api_harness(db_dsn, tmp_path, db={"idle_in_transaction_timeout_s": 90})
     async with harness as api, api.services.pool.connection() as conn:
         row = await (await conn.execute("SHOW idle_in_transaction_session_timeout")).fetchone()
     assert row is not None and row["idle_in_transaction_session_timeout"] == "90s"

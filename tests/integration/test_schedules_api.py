@@ -36,7 +36,7 @@ async def test_schedules_need_the_admin_role(api: ApiHarness) -> None:
 async def test_declared_schedules_are_listed_with_their_ticks_once_a_worker_stored_them(
     db_dsn: str, issuer_dir: Path
 ) -> None:
-    async with api_harness(db_dsn, issuer_dir, schedules=json.dumps(SCHEDULES)) as api:
+    async with api_harness(db_dsn, issuer_dir, jobs={"schedules": json.dumps(SCHEDULES)}) as api:
         h = api.headers("root", admin=True)
         (declared,) = (await api.client.get("/v1/schedules", headers=h)).json()["items"]
         assert declared["name"] == "nightly" and declared["timezone"] == "Europe/Paris"
@@ -123,5 +123,5 @@ async def test_an_api_with_a_bad_schedule_does_not_start_and_names_it(
 ) -> None:
     bad = [{"name": "nightly", "cron": "0 3 * * *", "jobType": "diag.noop", "timezone": "Nowhere"}]
     with pytest.raises(StartupError, match="schedule 'nightly': unknown time zone 'Nowhere'"):
-        async with api_harness(db_dsn, issuer_dir, schedules=json.dumps(bad)):
+        async with api_harness(db_dsn, issuer_dir, jobs={"schedules": json.dumps(bad)}):
             pass

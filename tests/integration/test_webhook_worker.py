@@ -220,7 +220,7 @@ async def test_concurrent_duplicate_delivery_changes_once(db_dsn: str, issuer_di
 
 async def test_any_configured_secret_verifies(db_dsn: str, issuer_dir: Path) -> None:
     new = "whsec_" + base64.b64encode(b"the-new-secret-after-rotation-01").decode()
-    async with api_harness(db_dsn, issuer_dir, webhook_secrets=f"{new},{SECRET}") as api:
+    async with api_harness(db_dsn, issuer_dir, webhooks={"secrets": f"{new},{SECRET}"}) as api:
         [a, b] = await _children(api, await api.tenant("alice"), 2)
         assert (await post_webhook(api.client, outcome(a), secret=new)).status_code == 200
         assert (await post_webhook(api.client, outcome(b), secret=SECRET)).status_code == 200

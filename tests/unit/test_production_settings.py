@@ -3,6 +3,7 @@ the secret files themselves)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,10 @@ from jobrelay.settings import (
     env_names,
     is_secret,
     load_settings,
+    setting_fields,
 )
 
-SECRET_FIELDS = sorted(name for name, field in Settings.model_fields.items() if is_secret(field))
+SECRET_FIELDS = sorted(s.path for s in setting_fields() if is_secret(s.field))
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +32,10 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite runs as development (tests/conftest.py); these tests choose for themselves."""
     for name in ("JOBRELAY_ENV", "JOBRELAY_SQS_WORKER_WEBHOOK_URL", "JOBRELAY_AUTH_MODE"):
         monkeypatch.delenv(name, raising=False)
-    for name in SECRET_FIELDS:
-        for variable in env_names(name, Settings.model_fields[name]):
+    for setting in setting_fields():
+        if setting.path not in SECRET_FIELDS:
+            continue
+        for variable in env_names(setting.name, setting.field):
             monkeypatch.delenv(variable, raising=False)
             monkeypatch.delenv(f"{variable}_FILE", raising=False)
 
@@ -39,15 +43,15 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_secret_setting_is_known_as_one() -> None:
     # A SecretStr field is a secret by its type; DATABASE_URL is marked (it holds a password).
     assert SECRET_FIELDS == [
-        "api_metrics_token",
-        "database_url",
-        "ui_cognito_client_secret",
-        "ui_session_secret",
-        "webhook_secrets",
+        "api.metrics_token",
+        "db.url",
+        "ui.cognito_client_secret",
+        "ui.session_secret",
+        "webhooks.secrets",
     ]
-    for name, field in Settings.model_fields.items():
-        if "SecretStr" in str(field.annotation):
-            assert name in SECRET_FIELDS
+    for setting in setting_fields():
+        if "SecretStr" in str(setting.field.annotation):
+            assert setting.path in SECRET_FIELDS
 
 
 @pytest.mark.parametrize(
@@ -56,17 +60,17 @@ def test_every_secret_setting_is_known_as_one() -> None:
         (
             "DATABASE_URL",
             "postgresql://u:p@db:5432/jobs\n",
-            "database_url",
+            "db.url",
             "postgresql://u:p@db:5432/jobs",
         ),
-        ("JOBRELAY_DATABASE_URL", "  host=db dbname=jobs  ", "database_url", "host=db dbname=jobs"),
+        ("JOBRELAY_DATABASE_URL", "  host=db dbname=jobs  ", "db.url", "host=db dbname=jobs"),
         (
             "JOBRELAY_WEBHOOK_SECRETS",
             "whsec_a,whsec_b\n",
-            "webhook_secrets",
+            "webhooks.secrets",
             ["whsec_a", "whsec_b"],
         ),
-        ("JOBRELAY_UI_SESSION_SECRET", "console-key\n", "ui_session_secret", "console-key"),
+        ("JOBRELAY_UI_SESSION_SECRET", "console-key\n", "ui.session_secret", "console-key"),
     ],
 )
 def test_a_secret_comes_from_its_file_stripped(
@@ -80,7 +84,7 @@ def test_a_secret_comes_from_its_file_stripped(
     secret_file = tmp_path / "secret"
     secret_file.write_text(content)
     monkeypatch.setenv(f"{variable}_FILE", str(secret_file))
-    value = getattr(load_settings(), field)
+    value = _read(load_settings(), field)
     if isinstance(value, SecretStr):
         value = value.get_secret_value()
     if isinstance(value, list):
@@ -122,7 +126,7 @@ def test_only_secrets_are_read_from_files(monkeypatch: pytest.MonkeyPatch, tmp_p
     port_file = tmp_path / "port"
     port_file.write_text("9999")
     monkeypatch.setenv("JOBRELAY_API_PORT_FILE", str(port_file))
-    assert load_settings().api_port == 8000
+    assert load_settings().api.port == 8000
 
 
 def test_a_file_secret_is_validated_like_the_variable(
@@ -172,22 +176,40 @@ def test_the_environment_defaults_to_development_unless_a_command_says(
         load_settings()
 
 
+def _read(settings: Settings, path: str) -> object:
+    """The setting at `path`, e.g. `db.url`."""
+    return functools.reduce(getattr, path.split("."), settings)
+
+
 def _production(**overrides: object) -> Settings:
     return load_settings(default_env=None, env="production", **overrides)
 
 
-SAFE = {
-    "database_url": "postgresql://jobrelay@db/jobrelay",
-    "webhook_secrets": "whsec_cHJvZHVjdGlvbi1zZWNyZXQ=",
-    "auth_mode": "cognito",
-    "cognito_user_pool_id": "eu-west-1_AbC123",
-    "auth_client_ids": "client1",
-    "sqs_worker_webhook_url": "https://api.example.invalid/v1/webhooks/worker",
-    "ui_session_secret": "a-real-console-session-secret",
-    "ui_cognito_domain": "https://jobrelay.auth.eu-west-1.amazoncognito.com",
-    "ui_cognito_client_id": "console-client",
-    "ui_cognito_redirect_url": "https://jobrelay.example.invalid/ui/auth/callback",
+SAFE: dict[str, dict[str, object]] = {
+    "db": {"url": "postgresql://jobrelay@db/jobrelay"},
+    "webhooks": {"secrets": "whsec_cHJvZHVjdGlvbi1zZWNyZXQ="},
+    "auth": {
+        "mode": "cognito",
+        "cognito_user_pool_id": "eu-west-1_AbC123",
+        "client_ids": "client1",
+    },
+    "sqs_worker": {"webhook_url": "https://api.example.invalid/v1/webhooks/worker"},
+    "ui": {
+        "session_secret": "a-real-console-session-secret",
+        "cognito_domain": "https://jobrelay.auth.eu-west-1.amazoncognito.com",
+        "cognito_client_id": "console-client",
+        "cognito_redirect_url": "https://jobrelay.example.invalid/ui/auth/callback",
+    },
 }
+
+
+def _safe_without(*paths: str) -> dict[str, dict[str, object]]:
+    """SAFE without the settings at `paths` (`group.name`)."""
+    dropped = {tuple(path.split(".")) for path in paths}
+    return {
+        group: {name: value for name, value in fields.items() if (group, name) not in dropped}
+        for group, fields in SAFE.items()
+    }
 
 
 @pytest.mark.parametrize("process", ["api", "worker", "relay", "sqs-worker", "migrate"])
@@ -200,24 +222,24 @@ def test_production_with_real_settings_starts(process: str) -> None:
 @pytest.mark.parametrize(
     ("process", "missing", "named"),
     [
-        ("api", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
-        ("sqs-worker", "webhook_secrets", "JOBRELAY_WEBHOOK_SECRETS"),
-        ("api", "auth_mode", "JOBRELAY_AUTH_MODE=local"),
-        ("api", "ui_session_secret", "JOBRELAY_UI_SESSION_SECRET"),
-        ("api", "ui_cognito_domain", "JOBRELAY_UI_COGNITO_DOMAIN"),
-        ("api", "ui_cognito_client_id", "JOBRELAY_UI_COGNITO_CLIENT_ID"),
-        ("api", "ui_cognito_redirect_url", "JOBRELAY_UI_COGNITO_REDIRECT_URL"),
-        ("api", "database_url", "DATABASE_URL"),
-        ("worker", "database_url", "DATABASE_URL"),
-        ("relay", "database_url", "DATABASE_URL"),
-        ("migrate", "database_url", "DATABASE_URL"),
-        ("sqs-worker", "sqs_worker_webhook_url", "JOBRELAY_SQS_WORKER_WEBHOOK_URL"),
+        ("api", "webhooks.secrets", "JOBRELAY_WEBHOOK_SECRETS"),
+        ("sqs-worker", "webhooks.secrets", "JOBRELAY_WEBHOOK_SECRETS"),
+        ("api", "auth.mode", "JOBRELAY_AUTH_MODE=local"),
+        ("api", "ui.session_secret", "JOBRELAY_UI_SESSION_SECRET"),
+        ("api", "ui.cognito_domain", "JOBRELAY_UI_COGNITO_DOMAIN"),
+        ("api", "ui.cognito_client_id", "JOBRELAY_UI_COGNITO_CLIENT_ID"),
+        ("api", "ui.cognito_redirect_url", "JOBRELAY_UI_COGNITO_REDIRECT_URL"),
+        ("api", "db.url", "DATABASE_URL"),
+        ("worker", "db.url", "DATABASE_URL"),
+        ("relay", "db.url", "DATABASE_URL"),
+        ("migrate", "db.url", "DATABASE_URL"),
+        ("sqs-worker", "sqs_worker.webhook_url", "JOBRELAY_SQS_WORKER_WEBHOOK_URL"),
     ],
 )
 def test_production_refuses_each_development_default(
     process: str, missing: str, named: str
 ) -> None:
-    settings = _production(**{k: v for k, v in SAFE.items() if k != missing})
+    settings = _production(**_safe_without(missing))
     with pytest.raises(StartupError) as info:
         require_safe_environment(settings, process)  # type: ignore[arg-type]
     message = str(info.value)
@@ -231,7 +253,7 @@ def test_production_refuses_each_development_default(
 def test_the_built_in_secret_is_refused_even_beside_a_real_one() -> None:
     # Verifying with a public secret lets anyone sign outcomes, whatever else is listed.
     settings = _production(
-        **{**SAFE, "webhook_secrets": f"whsec_cmVhbA==,{DEVELOPMENT_WEBHOOK_SECRET}"}
+        **{**SAFE, "webhooks": {"secrets": f"whsec_cmVhbA==,{DEVELOPMENT_WEBHOOK_SECRET}"}}
     )
     assert development_defaults(settings, "api") == [
         "JOBRELAY_WEBHOOK_SECRETS (or JOBRELAY_WEBHOOK_SECRETS_FILE) holds the built-in "
@@ -240,7 +262,7 @@ def test_the_built_in_secret_is_refused_even_beside_a_real_one() -> None:
 
 
 def test_processes_refuse_only_what_they_use() -> None:
-    settings = _production(database_url=SAFE["database_url"])  # every other default
+    settings = _production(db=SAFE["db"])  # every other default
     assert development_defaults(settings, "relay") == []
     assert len(development_defaults(settings, "api")) == 3  # webhook/UI secrets, local auth
     assert len(development_defaults(settings, "sqs-worker")) == 2  # secret, webhook URL
@@ -259,8 +281,8 @@ def test_a_process_beside_a_running_up_is_development(tmp_path: Path) -> None:
 
 
 def test_production_names_every_missing_hosted_ui_setting_in_one_line() -> None:
-    hosted = ("ui_cognito_domain", "ui_cognito_client_id", "ui_cognito_redirect_url")
-    settings = _production(**{k: v for k, v in SAFE.items() if k not in hosted})
+    hosted = ("ui.cognito_domain", "ui.cognito_client_id", "ui.cognito_redirect_url")
+    settings = _production(**_safe_without(*hosted))
     assert development_defaults(settings, "api") == [
         "JOBRELAY_AUTH_MODE=cognito without the console's Hosted UI login "
         "(JOBRELAY_UI_COGNITO_DOMAIN, JOBRELAY_UI_COGNITO_CLIENT_ID, "
@@ -276,19 +298,21 @@ def test_production_names_every_missing_hosted_ui_setting_in_one_line() -> None:
 )
 def test_hosted_ui_urls_must_be_https_off_loopback(url: str) -> None:
     with pytest.raises(ValidationError, match="https://"):
-        load_settings(default_env=None, ui_cognito_domain=url)
+        load_settings(default_env=None, ui={"cognito_domain": url})
     with pytest.raises(ValidationError, match="https://"):
-        load_settings(default_env=None, ui_cognito_redirect_url=url)
+        load_settings(default_env=None, ui={"cognito_redirect_url": url})
 
 
 def test_hosted_ui_urls_lose_their_trailing_slash_and_allow_loopback_http() -> None:
     settings = load_settings(
         default_env=None,
-        ui_cognito_domain="https://auth.example.com/",
-        ui_cognito_redirect_url="http://127.0.0.1:8000/ui/auth/callback",
+        ui={
+            "cognito_domain": "https://auth.example.com/",
+            "cognito_redirect_url": "http://127.0.0.1:8000/ui/auth/callback",
+        },
     )
-    assert settings.ui_cognito_domain == "https://auth.example.com"
-    assert settings.ui_cognito_redirect_url == "http://127.0.0.1:8000/ui/auth/callback"
+    assert settings.ui.cognito_domain == "https://auth.example.com"
+    assert settings.ui.cognito_redirect_url == "http://127.0.0.1:8000/ui/auth/callback"
 
 
 def test_the_console_client_is_accepted_by_the_cognito_verifier() -> None:

@@ -48,10 +48,10 @@ def test_the_record_lives_while_the_block_runs(tmp_path: Path) -> None:
         stack = running_stack(settings)
         assert stack is not None and stack.api_url == "http://127.0.0.1:8123"
         attached = attach_to_running_stack(settings)
-        assert (attached.api_host, attached.api_port) == ("127.0.0.1", 8123)
-        assert attached.aws_endpoint_url == "http://127.0.0.1:5123"
+        assert (attached.api.host, attached.api.port) == ("127.0.0.1", 8123)
+        assert attached.aws.endpoint_url == "http://127.0.0.1:5123"
         # An SQS worker started alone posts its outcomes to up's API.
-        assert attached.sqs_worker_webhook_url == "http://127.0.0.1:8123/v1/webhooks/worker"
+        assert attached.sqs_worker.webhook_url == "http://127.0.0.1:8123/v1/webhooks/worker"
     assert not path.exists()
     assert running_stack(settings) is None
     assert attach_to_running_stack(settings) == settings
@@ -60,9 +60,9 @@ def test_the_record_lives_while_the_block_runs(tmp_path: Path) -> None:
 def test_explicit_settings_win_over_the_record(tmp_path: Path) -> None:
     settings = _settings(
         tmp_path,
-        api_port=9000,
-        aws_endpoint_url="http://aws.example:4566",
-        sqs_worker_webhook_url="http://hooks.example/worker",
+        api={"port": 9000},
+        aws={"endpoint_url": "http://aws.example:4566"},
+        sqs_worker={"webhook_url": "http://hooks.example/worker"},
     )
     with recorded(
         settings,
@@ -71,9 +71,9 @@ def test_explicit_settings_win_over_the_record(tmp_path: Path) -> None:
         emulator_started=True,
     ):
         attached = attach_to_running_stack(settings)
-    assert attached.api_port == 9000
-    assert attached.aws_endpoint_url == "http://aws.example:4566"
-    assert attached.sqs_worker_webhook_url == "http://hooks.example/worker"
+    assert attached.api.port == 9000
+    assert attached.aws.endpoint_url == "http://aws.example:4566"
+    assert attached.sqs_worker.webhook_url == "http://hooks.example/worker"
 
 
 def test_a_record_left_by_a_killed_up_is_ignored(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_a_record_left_by_a_killed_up_is_ignored(tmp_path: Path) -> None:
     record = {"pid": int(gone.stdout), "apiUrl": "http://127.0.0.1:8123", "awsEndpointUrl": None}
     record_path(settings).write_text(json.dumps(record))
     assert running_stack(settings) is None
-    assert attach_to_running_stack(settings).api_port == settings.api_port
+    assert attach_to_running_stack(settings).api.port == settings.api.port
 
 
 def test_an_unreadable_record_is_ignored(tmp_path: Path) -> None:

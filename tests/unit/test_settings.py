@@ -5,26 +5,30 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from jobrelay.batches.creation import BatchLimits
+from jobrelay.batches.relay import RelayConfig
+from jobrelay.bootstrap import jobs_registry, worker_config
+from jobrelay.cli.main import _setting_error
 from jobrelay.settings import load_settings
 
 
 def test_defaults_need_no_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
     settings = load_settings()
-    assert settings.database_url is None
-    assert settings.aws_endpoint_url is None
-    assert settings.sqs_message_limit_bytes == 256 * 1024
+    assert settings.db.url is None
+    assert settings.aws.endpoint_url is None
+    assert settings.sqs.message_limit_bytes == 256 * 1024
     assert settings.pgdata_dir.name == "pgdata"
 
 
 def test_database_url_is_read_without_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/db")
-    assert load_settings().database_url == "postgresql://u@h/db"
+    assert load_settings().db.url == "postgresql://u@h/db"
 
 
 def test_webhook_secrets_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBRELAY_WEBHOOK_SECRETS", "whsec_a, whsec_b")
-    secrets = [s.get_secret_value() for s in load_settings().webhook_secrets]
+    secrets = [s.get_secret_value() for s in load_settings().webhooks.secrets]
     assert secrets == ["whsec_a", "whsec_b"]
 
 
@@ -39,3 +43,68 @@ def test_out_of_range_values_name_the_setting(
     with pytest.raises(ValidationError) as info:
         load_settings()
     assert name.removeprefix("JOBRELAY_").lower() in str(info.value)
+
+
+def test_a_group_value_given_in_code_wins_over_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JOBRELAY_API_PORT", "9001")
+    monkeypatch.setenv("JOBRELAY_API_HOST", "0.0.0.0")
+    settings = load_settings(api={"port": 8123})
+    assert (settings.api.host, settings.api.port) == ("0.0.0.0", 8123)
+    assert settings.api.model_fields_set == {"host", "port"}
+    assert load_settings().api.port == 9001
+
+
+def test_variables_are_matched_without_regard_to_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("jobrelay_worker_slots", "ai=1")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("JOBRELAY_DATABASE_URL", "postgresql://u@h/other")
+    settings = load_settings()
+    assert settings.worker.slots == "ai=1"
+    assert settings.db.url == "postgresql://u@h/other", "the second name of DATABASE_URL"
+
+
+def test_an_invalid_grouped_setting_is_one_line_naming_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JOBRELAY_API_PORT", "70000")
+    monkeypatch.setenv("JOBRELAY_SQS_WORKER_HEARTBEAT_S", "60")
+    with pytest.raises(ValidationError) as info:
+        load_settings()
+    lines = sorted(_setting_error(err) for err in info.value.errors())
+    assert lines == [
+        "setting JOBRELAY_API_PORT: Input should be less than or equal to 65535 (got '70000')",
+        "settings: Value error, JOBRELAY_SQS_WORKER_HEARTBEAT_S must be shorter than "
+        "JOBRELAY_SQS_WORKER_VISIBILITY_TIMEOUT_S",
+    ]
+
+
+def test_updated_replaces_fields_of_a_group_and_refuses_unknown_names() -> None:
+    settings = load_settings()
+    before = settings.db.pool_max
+    bigger = settings.updated(db={"pool_max": before + 20})
+    assert (bigger.db.pool_max, settings.db.pool_max) == (before + 20, before), "a copy"
+    assert "pool_max" in bigger.db.model_fields_set
+    with pytest.raises(ValueError, match=r"settings\.db has no field pool_mx"):
+        settings.updated(db={"pool_mx": 30})
+
+
+def test_each_part_builds_its_config_from_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRELAY_RELAY_ORG_WEIGHTS", "42=2")
+    monkeypatch.setenv("JOBRELAY_SQS_MESSAGE_LIMIT_BYTES", "4096")
+    monkeypatch.setenv("JOBRELAY_BATCH_MAX_ITEMS", "3")
+    monkeypatch.setenv("JOBRELAY_JOBS_RETENTION_S", "0")
+    monkeypatch.setenv("JOBRELAY_SCHEDULES_GRACE_S", "4.5")
+    monkeypatch.setenv("JOBRELAY_WORKER_PREFETCH", "3")
+    monkeypatch.setenv("JOBRELAY_DB_POOL_MAX", "7")
+    settings = load_settings()
+    relay = RelayConfig.from_settings(settings.relay, settings.sqs)
+    assert (relay.weights, relay.message_limit_bytes) == (((42, 2.0),), 4096)
+    limits = BatchLimits.from_settings(settings.batches, settings.sqs)
+    assert (limits.max_items, limits.message_limit_bytes) == (3, 4096)
+    config = worker_config(settings, jobs_registry(settings))
+    assert config.retention_s is None, "0 keeps finished jobs forever"
+    assert (config.prefetch, config.schedule_grace_s) == (3, 4.5)
+    pool = settings.db.pool_options(min_size=1)
+    assert (pool["min_size"], pool["max_size"], pool["wait_s"]) == (1, 7, None)

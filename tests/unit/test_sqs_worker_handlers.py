@@ -494,10 +494,12 @@ def _blocks(block: dict[str, object]) -> list[dict[str, object]]:
 
 def test_worker_config_comes_from_settings_and_the_heartbeat_fits_the_timeout() -> None:
     config = WorkerConfig.from_settings(
-        Settings(webhook_secrets="whsec_Zmlyc3Q=,whsec_c2Vjb25k", sqs_worker_concurrency=3)
+        Settings(
+            webhooks={"secrets": "whsec_Zmlyc3Q=,whsec_c2Vjb25k"}, sqs_worker={"concurrency": 3}
+        )
     )
     assert config.webhook_url == "http://127.0.0.1:8000/v1/webhooks/worker"
     assert config.webhook_secret == "whsec_Zmlyc3Q=", "the first secret signs"
     assert config.concurrency == 3
     with pytest.raises(ValidationError, match="HEARTBEAT"):
-        Settings(sqs_worker_visibility_timeout_s=5, sqs_worker_heartbeat_s=5)
+        Settings(sqs_worker={"visibility_timeout_s": 5, "heartbeat_s": 5})

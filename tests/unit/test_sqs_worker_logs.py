@@ -36,16 +36,16 @@ def restore_logging() -> Iterator[None]:
 
 
 def test_format_follows_the_setting_and_the_terminal() -> None:
-    assert use_json(Settings(log_format="auto"), io.StringIO())
-    assert not use_json(Settings(log_format="auto"), _Terminal())
-    assert use_json(Settings(log_format="json"), _Terminal())
-    assert not use_json(Settings(log_format="console"), io.StringIO())
+    assert use_json(Settings(log={"format": "auto"}), io.StringIO())
+    assert not use_json(Settings(log={"format": "auto"}), _Terminal())
+    assert use_json(Settings(log={"format": "json"}), _Terminal())
+    assert not use_json(Settings(log={"format": "console"}), io.StringIO())
 
 
 @pytest.mark.usefixtures("restore_logging")
 def test_json_lines_carry_bound_ids_and_stdlib_records_too() -> None:
     stream = io.StringIO()
-    configure_logging(Settings(log_format="auto", log_level="INFO"), stream=stream)
+    configure_logging(Settings(log={"format": "auto", "level": "INFO"}), stream=stream)
     log = structlog.get_logger("jobrelay.test")
     with structlog.contextvars.bound_contextvars(child_id="c1", kind="code2des", attempt=1):
         log.info("working", step=2)

@@ -35,7 +35,7 @@ def create_app(services: Services) -> FastAPI:
     app.state.services = services
     install_problem_handlers(app)
     install_openapi(app, services.jobs.registry)
-    app.add_middleware(BodySizeLimit, max_bytes=services.settings.api_max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=services.settings.api.max_body_bytes)
     app.include_router(health.router)
     app.include_router(tenancy.router)
     app.include_router(jobs.router)

@@ -20,7 +20,7 @@ from jwt import PyJWK
 from jobrelay.domain.errors import Unauthenticated
 
 MAX_SUBJECT_LENGTH = 50  # audit columns are varchar(50) (seed 000)
-DEFAULT_ADMIN_GROUP = "jobrelay-admins"  # settings.auth_admin_group overrides it
+DEFAULT_ADMIN_GROUP = "jobrelay-admins"  # settings.auth.admin_group overrides it
 
 JwksFetcher = Callable[[], Awaitable[dict[str, object]]]
 

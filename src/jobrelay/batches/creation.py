@@ -25,6 +25,7 @@ from jobrelay.protocol import (
     PageImportMessage,
     PageImportRequest,
 )
+from jobrelay.settings import BatchSettings, SqsSettings
 
 _SQL = Queries("jobrelay.batches")
 
@@ -49,6 +50,15 @@ class BatchLimits:
     # A cancel marks at most this many processing items in its own transaction; a larger
     # batch's cancel answers at once and the relay's sweeper finishes it (migration 0014).
     cancel_inline_max: int = 5_000
+
+    @classmethod
+    def from_settings(cls, batches: BatchSettings, sqs: SqsSettings) -> BatchLimits:
+        """The limits from the batches' settings group and the queue's message limit."""
+        return cls(
+            max_items=batches.max_items,
+            message_limit_bytes=sqs.message_limit_bytes,
+            cancel_inline_max=batches.cancel_inline_max,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
 from jobrelay.loops import LOOP_BACKOFF, Health, Periodic
+from jobrelay.settings import RelaySettings, SqsSettings
 
 if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
@@ -185,6 +186,23 @@ class RelayConfig:
             raise ValueError(f"in_flight_expiry_s must be positive, got {self.in_flight_expiry_s}")
         if self.window_poll_s <= 0:
             raise ValueError(f"window_poll_s must be positive, got {self.window_poll_s}")
+
+    @classmethod
+    def from_settings(cls, relay: RelaySettings, sqs: SqsSettings) -> RelayConfig:
+        """The relay's configuration from its settings group and the queue's message limit."""
+        return cls(
+            lease_s=relay.lease_s,
+            claim_size=relay.claim_size,
+            workers=relay.workers,
+            max_in_flight=relay.max_in_flight,
+            poll_interval_s=relay.poll_interval_s,
+            retry_delay_s=relay.retry_delay_s,
+            message_limit_bytes=sqs.message_limit_bytes,
+            window=relay.org_window,
+            weights=relay.organization_weights(),
+            in_flight_expiry_s=relay.in_flight_expiry_s,
+            window_poll_s=relay.window_poll_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,18 +25,13 @@ from jobrelay.settings import Settings
 log = structlog.get_logger("jobrelay.database")
 
 
-def through_transaction_pooler(settings: Settings) -> bool:
-    """True when DATABASE_URL is declared to go through a transaction pooler."""
-    return bool(settings.database_url) and settings.database_pooler == "transaction"
-
-
 def listen_conninfo(settings: Settings, component: str) -> str | None:
     """The session connection `component` LISTENs on: the direct URL when set, None for the
     pool's own connection string, "" for none (poll only: logged here, once per component).
     """
-    if settings.database_url and settings.database_direct_url:
-        return settings.database_direct_url
-    if through_transaction_pooler(settings):
+    if settings.db.url and settings.db.direct_url:
+        return settings.db.direct_url
+    if settings.db.through_transaction_pooler:
         log.warning(
             "database.listen_unavailable",
             component=component,
@@ -59,16 +54,14 @@ def database(
     already owns it (its pid in `data_dir/up.pid`): then commands such as `admin`, `ops` and
     `demo` attach to it and leave it running. `own_stack=True` is how `up` claims it.
     """
-    if settings.database_url:
-        if through_transaction_pooler(settings):
+    if settings.db.url:
+        if settings.db.through_transaction_pooler:
             asyncio.run(
-                check_transaction_pooler(
-                    settings.database_url, timeout_s=settings.db_connect_timeout_s
-                )
+                check_transaction_pooler(settings.db.url, timeout_s=settings.db.connect_timeout_s)
             )
         if run_migrations:  # DDL and the version table want a session: the direct URL
-            _migrate(settings.database_direct_url or settings.database_url, settings)
-        yield settings.database_url
+            _migrate(settings.db.direct_url or settings.db.url, settings)
+        yield settings.db.url
         return
     server = EmbeddedPostgres(settings.pgdata_dir)
     owner_file = settings.data_dir.resolve() / "up.pid"
@@ -101,7 +94,7 @@ def _alive_pid_in(pid_file: Path) -> bool:
 
 
 def _migrate(dsn: str, settings: Settings) -> None:
-    asyncio.run(check_connection(dsn, timeout_s=settings.db_connect_timeout_s))
+    asyncio.run(check_connection(dsn, timeout_s=settings.db.connect_timeout_s))
     migrate.upgrade(dsn)
 
 
@@ -142,7 +135,7 @@ async def keep_embedded_running(
 def embedded_pg_ctl(settings: Settings) -> str | None:
     """The `pg_ctl` command line that controls the embedded server of `settings` by hand
     (run as the server's system user), or None when `DATABASE_URL` is set."""
-    if settings.database_url:
+    if settings.db.url:
         return None
     pg_ctl = f"{POSTGRES_BIN_PATH / 'pg_ctl'} -D {settings.pgdata_dir}"
     # As root the server runs as its own system user (PostgreSQL refuses root).

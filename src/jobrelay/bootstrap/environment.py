@@ -43,7 +43,7 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
     problems: list[str] = []
     if process in _USES_WEBHOOK_SECRET and any(
         secret.get_secret_value() == DEVELOPMENT_WEBHOOK_SECRET
-        for secret in settings.webhook_secrets
+        for secret in settings.webhooks.secrets
     ):
         problems.append(
             "JOBRELAY_WEBHOOK_SECRETS (or JOBRELAY_WEBHOOK_SECRETS_FILE) holds the built-in "
@@ -51,18 +51,18 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
         )
     if (
         process == "api"
-        and settings.ui_session_secret.get_secret_value() == DEVELOPMENT_UI_SESSION_SECRET
+        and settings.ui.session_secret.get_secret_value() == DEVELOPMENT_UI_SESSION_SECRET
     ):
         problems.append(
             "JOBRELAY_UI_SESSION_SECRET (or JOBRELAY_UI_SESSION_SECRET_FILE) is the built-in "
             "development secret"
         )
-    if process == "api" and settings.auth_mode == "local":
+    if process == "api" and settings.auth.mode == "local":
         problems.append(
             "JOBRELAY_AUTH_MODE=local (set cognito with JOBRELAY_COGNITO_USER_POOL_ID and "
             "JOBRELAY_AUTH_CLIENT_IDS)"
         )
-    if process == "api" and settings.auth_mode == "cognito":
+    if process == "api" and settings.auth.mode == "cognito":
         missing = missing_hosted_ui(settings)
         if missing:
             problems.append(
@@ -70,9 +70,9 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
                 + ", ".join(missing)
                 + " unset)"
             )
-    if process in _USES_DATABASE and not settings.database_url:
+    if process in _USES_DATABASE and not settings.db.url:
         problems.append("DATABASE_URL (or DATABASE_URL_FILE) is unset (embedded PostgreSQL)")
-    if process == "sqs-worker" and "sqs_worker_webhook_url" not in settings.model_fields_set:
+    if process == "sqs-worker" and "webhook_url" not in settings.sqs_worker.model_fields_set:
         problems.append("JOBRELAY_SQS_WORKER_WEBHOOK_URL is unset (this host's loopback)")
     return problems
 
@@ -80,9 +80,9 @@ def development_defaults(settings: Settings, process: ProcessKind) -> list[str]:
 def missing_hosted_ui(settings: Settings) -> list[str]:
     """The console's Cognito Hosted UI settings that are unset (empty: all given)."""
     wanted = {
-        "JOBRELAY_UI_COGNITO_DOMAIN": settings.ui_cognito_domain,
-        "JOBRELAY_UI_COGNITO_CLIENT_ID": settings.ui_cognito_client_id,
-        "JOBRELAY_UI_COGNITO_REDIRECT_URL": settings.ui_cognito_redirect_url,
+        "JOBRELAY_UI_COGNITO_DOMAIN": settings.ui.cognito_domain,
+        "JOBRELAY_UI_COGNITO_CLIENT_ID": settings.ui.cognito_client_id,
+        "JOBRELAY_UI_COGNITO_REDIRECT_URL": settings.ui.cognito_redirect_url,
     }
     return [name for name, value in wanted.items() if not value]
 

@@ -9,7 +9,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import content, diagnostics
 from jobrelay.aws.clients import AwsEndpoint, QueueSender
-from jobrelay.bootstrap.database import listen_conninfo, through_transaction_pooler
+from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
@@ -17,7 +17,6 @@ from jobrelay.domain.jobs_config import (
     DEFAULT_CLASS,
     ConfigError,
     parse_class_counts,
-    parse_class_rates,
 )
 from jobrelay.generations import code2wf_dispatch
 from jobrelay.jobs.declare import JobTypes
@@ -56,12 +55,12 @@ def deployment_job_types(
     `--app`, and the packages of the `jobrelay.job_types` entry-point group, all declared
     through the same `JobTypes`."""
     group = product_job_types(
-        diag_enabled=settings.diag_jobs_enabled,
-        failpoints=failpoints or Failpoints.parse(settings.jobs_failpoints),
+        diag_enabled=settings.jobs.diag_enabled,
+        failpoints=failpoints or Failpoints.parse(settings.jobs.failpoints),
         send=send,
     )
     try:
-        for reference in settings.app:
+        for reference in settings.jobs.app:
             group.include(load_app(reference))
         for installed in load_entry_points():
             group.include(installed)
@@ -82,10 +81,10 @@ def deployment_job_types(
 def configured_schedules(settings: Settings) -> list[Schedule]:
     """The schedules of `JOBRELAY_SCHEDULES` (checked with the job types by the registry);
     raises `StartupError` naming a malformed entry."""
-    if not settings.schedules.strip():
+    if not settings.jobs.schedules.strip():
         return []
     try:
-        return from_setting(json.loads(settings.schedules))
+        return from_setting(json.loads(settings.jobs.schedules))
     except ValueError as exc:
         raise StartupError(str(exc)) from None
 
@@ -108,21 +107,19 @@ def jobs_service(
     settings: Settings, pool: AsyncConnectionPool[Connection], endpoint: AwsEndpoint | None = None
 ) -> JobsService:
     """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
-    failpoints = Failpoints.parse(settings.jobs_failpoints)
-    send = None if endpoint is None else QueueSender(endpoint, settings.sqs_queue_name)
+    failpoints = Failpoints.parse(settings.jobs.failpoints)
+    send = None if endpoint is None else QueueSender(endpoint, settings.sqs.queue_name)
     registry = jobs_registry(settings, failpoints, send)
     return JobsService(
         pool=pool,
         registry=registry,
         enqueuer=Enqueuer(
             registry,
-            payload_limit_bytes=settings.jobs_payload_limit_bytes,
+            payload_limit_bytes=settings.jobs.payload_limit_bytes,
             failpoints=failpoints,
         ),
         failpoints=failpoints,
-        global_caps=parse_class_counts(
-            settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
-        ),
+        global_caps=settings.jobs.class_caps(),
     )
 
 
@@ -153,7 +150,7 @@ def worker_config(
     alone lets every known class share N slots. Raises `StartupError` when a job type's
     class has slots nowhere (neither declared nor configured): its jobs could never run.
     """
-    configured = parse_slots(settings.worker_slots, what="JOBRELAY_WORKER_SLOTS", empty_ok=True)
+    configured = parse_slots(settings.worker.slots, what="JOBRELAY_WORKER_SLOTS", empty_ok=True)
     known = {DEFAULT_CLASS: 10, **registry.classes, **configured}
     unserved = registry.unserved_classes({**known, **(slots or {})})
     if unserved:
@@ -162,41 +159,28 @@ def worker_config(
             f"job types whose concurrency class has no slots anywhere: {listed}; declare the "
             "class with its slots (JobTypes(classes=...)) or set JOBRELAY_WORKER_SLOTS"
         )
-    concurrency = concurrency or settings.worker_concurrency
+    concurrency = concurrency or settings.worker.concurrency
     if slots is None and concurrency is None:
         slots = known
-    caps = parse_class_counts(
-        settings.jobs_global_caps, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1
-    )
-    rates = {
-        **registry.rates,
-        **parse_class_rates(settings.jobs_rates, what="JOBRELAY_JOBS_RATES"),
-    }
-    listen = listen_conninfo(settings, "worker") if settings.worker_listen else None
+    caps = settings.jobs.class_caps()
+    rates = {**registry.rates, **settings.jobs.class_rates()}
+    listen = listen_conninfo(settings, "worker") if settings.worker.listen else None
     return WorkerConfig(
+        # What the two groups decide alone (typed dicts: mypy checks them against WorkerConfig).
+        **settings.worker.worker_config(),
+        **settings.jobs.worker_config(),
         concurrency=concurrency,
         slots=slots,
         known_classes=tuple(sorted(known)),
         global_caps=caps,
         rates=rates,
-        fair_claims=settings.worker_fair_claims,
-        lease_s=settings.jobs_lease_s,
-        poll_interval_s=settings.worker_poll_interval_s,
-        rescue_interval_s=settings.jobs_rescue_interval_s,
-        reconcile_interval_s=settings.jobs_reconcile_interval_s,
-        prune_interval_s=settings.jobs_prune_interval_s,
-        retention_s=settings.jobs_retention_s or None,
-        prune_log_threshold=settings.jobs_prune_log_threshold,
         shutdown_grace_s=(
-            settings.worker_shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
+            settings.worker.shutdown_grace_s if shutdown_grace_s is None else shutdown_grace_s
         ),
-        prefetch=settings.worker_prefetch,
-        listen=settings.worker_listen and listen != "",
+        listen=settings.worker.listen and listen != "",
         listen_conninfo=listen or None,
-        claim_session_settings=not through_transaction_pooler(settings),
-        hold_slot_until_recorded=settings.worker_hold_slot_until_recorded,
-        metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
-        schedule_grace_s=settings.schedules_grace_s,
+        claim_session_settings=not settings.db.through_transaction_pooler,
+        metrics_port=settings.worker.metrics_port if metrics_port is None else metrics_port,
     )
 
 
@@ -205,6 +189,6 @@ def worker_pool_size(settings: Settings, config: WorkerConfig) -> int:
     for every slot finishing at once plus the loops (heartbeats, flush, rescue, reconcile,
     prune, sweeps), at least JOBRELAY_DB_POOL_MAX and at most 50. The claim connection and
     the LISTEN connection come on top."""
-    if settings.worker_db_pool_max is not None:
-        return settings.worker_db_pool_max
-    return max(settings.db_pool_max, min(config.total_slots + 6, 50))
+    if settings.worker.db_pool_max is not None:
+        return settings.worker.db_pool_max
+    return max(settings.db.pool_max, min(config.total_slots + 6, 50))

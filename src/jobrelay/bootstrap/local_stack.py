@@ -15,7 +15,7 @@ from jobrelay.settings import Settings
 def aws_endpoint(settings: Settings, endpoint_url: str | None = None) -> AwsEndpoint:
     """The SQS/S3 endpoint from settings (or an emulator's URL)."""
     return AwsEndpoint(
-        region=settings.aws_region, endpoint_url=endpoint_url or settings.aws_endpoint_url
+        region=settings.aws.region, endpoint_url=endpoint_url or settings.aws.endpoint_url
     )
 
 
@@ -36,10 +36,10 @@ def aws_reachable(settings: Settings) -> bool:
 @contextmanager
 def local_emulator(settings: Settings) -> Iterator[str | None]:
     """Start the emulator unless an endpoint is configured; yield the endpoint URL to use."""
-    if settings.aws_endpoint_url:
-        yield settings.aws_endpoint_url
+    if settings.aws.endpoint_url:
+        yield settings.aws.endpoint_url
         return
-    emulator = LocalEmulator(port=settings.emulator_port)
+    emulator = LocalEmulator(port=settings.aws.emulator_port)
     try:
         url = emulator.start()
     except EmulatorError as exc:
@@ -54,8 +54,8 @@ async def prepare_aws(settings: Settings, endpoint: AwsEndpoint) -> None:
     """Create the queues and the bucket the stack uses (idempotent)."""
     await ensure_resources(
         endpoint,
-        queue_name=settings.sqs_queue_name,
-        dlq_name=settings.sqs_dlq_name,
-        bucket=settings.s3_bucket,
-        max_receive_count=settings.sqs_max_receive_count,
+        queue_name=settings.sqs.queue_name,
+        dlq_name=settings.sqs.dlq_name,
+        bucket=settings.aws.s3_bucket,
+        max_receive_count=settings.sqs.max_receive_count,
     )

@@ -12,11 +12,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
-from jobrelay.bootstrap.database import listen_conninfo, through_transaction_pooler
+from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
 from jobrelay.db.pool import open_pool
-from jobrelay.domain.fair_dispatch import parse_organization_weights
 from jobrelay.loops import Backoff, RetryStopped, retry
 from jobrelay.settings import Settings
 from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
@@ -27,30 +26,12 @@ if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
 
 
-def relay_config(settings: Settings) -> RelayConfig:
-    return RelayConfig(
-        lease_s=settings.relay_lease_s,
-        claim_size=settings.relay_claim_size,
-        workers=settings.relay_workers,
-        max_in_flight=settings.relay_max_in_flight,
-        poll_interval_s=settings.relay_poll_interval_s,
-        retry_delay_s=settings.relay_retry_delay_s,
-        message_limit_bytes=settings.sqs_message_limit_bytes,
-        window=settings.relay_org_window,
-        weights=parse_organization_weights(
-            settings.relay_org_weights, what="JOBRELAY_RELAY_ORG_WEIGHTS"
-        ),
-        in_flight_expiry_s=settings.relay_in_flight_expiry_s,
-        window_poll_s=settings.relay_window_poll_s,
-    )
-
-
 def relay_pool_size(settings: Settings) -> int:
     """Connections of a relay's pool: JOBRELAY_RELAY_DB_POOL_MAX, else one per claim loop
     plus two (the sweeper, a recording in flight). The LISTEN connection comes on top."""
-    if settings.relay_db_pool_max is not None:
-        return settings.relay_db_pool_max
-    return max(2, settings.relay_workers + 2)
+    if settings.relay.db_pool_max is not None:
+        return settings.relay.db_pool_max
+    return max(2, settings.relay.workers + 2)
 
 
 async def _queue_url(sqs: SQSClient, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
@@ -75,19 +56,14 @@ async def run_relay(
     settings: Settings, dsn: str, endpoint: AwsEndpoint, stop: asyncio.Event
 ) -> None:
     """Run one relay process until `stop` is set: pool, SQS client, metrics endpoint."""
-    config = relay_config(settings)
+    config = RelayConfig.from_settings(settings.relay, settings.sqs)
     metrics = RelayMetrics()
-    if settings.relay_metrics_port:
+    if settings.relay.metrics_port:
         prometheus_client.start_http_server(
-            settings.relay_metrics_port, addr=settings.api_host, registry=metrics.registry
+            settings.relay.metrics_port, addr=settings.api.host, registry=metrics.registry
         )
     pool = await open_pool(
-        dsn,
-        min_size=1,
-        max_size=relay_pool_size(settings),
-        timeout_s=settings.db_connect_timeout_s,
-        transaction_pooler=through_transaction_pooler(settings),
-        idle_in_transaction_timeout_s=settings.db_idle_in_transaction_timeout_s,
+        dsn, **settings.db.pool_options(min_size=1, max_size=relay_pool_size(settings))
     )
     client_kwargs = endpoint.client_kwargs()
     client_kwargs["config"] = client_kwargs["config"].merge(
@@ -95,7 +71,7 @@ async def run_relay(
     )
     try:
         async with get_session().create_client("sqs", **client_kwargs) as sqs:
-            queue_url = await _queue_url(sqs, settings.sqs_queue_name, stop, config.poll_interval_s)
+            queue_url = await _queue_url(sqs, settings.sqs.queue_name, stop, config.poll_interval_s)
             relay = Relay(
                 pool=pool,
                 sender=SqsSender(sqs, queue_url),

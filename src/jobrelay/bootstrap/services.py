@@ -17,7 +17,6 @@ from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import BatchService
-from jobrelay.bootstrap.database import through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
@@ -55,7 +54,7 @@ class Services:
         """A stored worker result (or failure artifact) from the results bucket."""
         try:
             async with s3_client(self.aws) as s3:
-                response = await s3.get_object(Bucket=self.settings.s3_bucket, Key=key)
+                response = await s3.get_object(Bucket=self.settings.aws.s3_bucket, Key=key)
                 body: bytes = await response["Body"].read()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
@@ -86,15 +85,9 @@ async def build_services(
     instead of the connect-timeout-based wait that suits background loops.
     """
     pool = await open_pool(
-        dsn,
-        min_size=settings.db_pool_min,
-        max_size=settings.db_pool_max,
-        timeout_s=settings.db_connect_timeout_s,
-        wait_s=settings.api_db_wait_s if serves_api else None,
-        transaction_pooler=through_transaction_pooler(settings),
-        idle_in_transaction_timeout_s=settings.db_idle_in_transaction_timeout_s,
+        dsn, **settings.db.pool_options(wait_s=settings.api.db_wait_s if serves_api else None)
     )
-    issuer = local_issuer(settings) if settings.auth_mode == "local" else None
+    issuer = local_issuer(settings) if settings.auth.mode == "local" else None
     aws = endpoint or aws_endpoint(settings)
     jobs = jobs_service(settings, pool, aws)
     tenancy = Tenancy(pool)
@@ -107,7 +100,7 @@ async def build_services(
             media=MediaService(pool),
             tokens=token_verifier(settings, issuer),
             tenancy=tenancy,
-            batches=BatchService(pool, batch_limits(settings)),
+            batches=BatchService(pool, BatchLimits.from_settings(settings.batches, settings.sqs)),
             children=ChildService(pool),
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
             code2wf=Code2WfService(pool, jobs),
@@ -118,27 +111,19 @@ async def build_services(
         await pool.close()
 
 
-def batch_limits(settings: Settings) -> BatchLimits:
-    return BatchLimits(
-        max_items=settings.batch_max_items,
-        message_limit_bytes=settings.sqs_message_limit_bytes,
-        cancel_inline_max=settings.batch_cancel_inline_max,
-    )
-
-
 def webhook_verifier(settings: Settings) -> WebhookVerifier:
     """Verifies worker webhooks against every configured secret (rotation)."""
-    return WebhookVerifier([secret.get_secret_value() for secret in settings.webhook_secrets])
+    return WebhookVerifier([secret.get_secret_value() for secret in settings.webhooks.secrets])
 
 
 def local_issuer(settings: Settings) -> LocalIssuer:
     """The development token issuer whose key pair lives in the data directory."""
-    return LocalIssuer(settings.data_dir, admin_group=settings.auth_admin_group)
+    return LocalIssuer(settings.data_dir, admin_group=settings.auth.admin_group)
 
 
 def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerifier:
     """The bearer-token verifier: the local issuer's keys, or the Cognito pool's JWKS."""
-    if settings.auth_mode == "local":
+    if settings.auth.mode == "local":
         assert issuer is not None
         local = issuer
 
@@ -147,14 +132,14 @@ def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerif
 
         policy = TokenPolicy(
             issuer=LOCAL_ISSUER,
-            client_ids=frozenset({LOCAL_CLIENT_ID, *settings.auth_client_ids}),
-            token_uses=frozenset(settings.auth_token_uses),
-            admin_group=settings.auth_admin_group,
-            leeway_s=settings.auth_leeway_s,
+            client_ids=frozenset({LOCAL_CLIENT_ID, *settings.auth.client_ids}),
+            token_uses=frozenset(settings.auth.token_uses),
+            admin_group=settings.auth.admin_group,
+            leeway_s=settings.auth.leeway_s,
         )
         return TokenVerifier(policy, JwksCache(fetch_local, min_refresh_interval_s=0))
     cognito_issuer = settings.cognito_issuer
-    if cognito_issuer is None or not settings.auth_client_ids:
+    if cognito_issuer is None or not settings.auth.client_ids:
         raise StartupError(
             "JOBRELAY_AUTH_MODE=cognito needs JOBRELAY_COGNITO_USER_POOL_ID and "
             "JOBRELAY_AUTH_CLIENT_IDS"
@@ -172,13 +157,13 @@ def token_verifier(settings: Settings, issuer: LocalIssuer | None) -> TokenVerif
         issuer=cognito_issuer,
         # The console's app client (its Hosted UI login) is accepted like the API's clients.
         client_ids=frozenset(
-            [*settings.auth_client_ids, *filter(None, [settings.ui_cognito_client_id])]
+            [*settings.auth.client_ids, *filter(None, [settings.ui.cognito_client_id])]
         ),
-        token_uses=frozenset(settings.auth_token_uses),
-        admin_group=settings.auth_admin_group,
-        leeway_s=settings.auth_leeway_s,
+        token_uses=frozenset(settings.auth.token_uses),
+        admin_group=settings.auth.admin_group,
+        leeway_s=settings.auth.leeway_s,
     )
     return TokenVerifier(
         policy,
-        JwksCache(fetch_cognito, min_refresh_interval_s=settings.auth_jwks_refresh_interval_s),
+        JwksCache(fetch_cognito, min_refresh_interval_s=settings.auth.jwks_refresh_interval_s),
     )

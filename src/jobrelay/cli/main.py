@@ -16,7 +16,7 @@ from rich.console import Console
 from jobrelay.bootstrap import StartupError
 from jobrelay.cli.commands import admin, database, demo, jobs, ops, relay, sqs_worker, stack
 from jobrelay.domain.errors import JobrelayError
-from jobrelay.settings import Settings, env_names, is_secret
+from jobrelay.settings import find_setting, setting_groups
 
 app = typer.Typer(
     name="jobrelay",
@@ -52,15 +52,16 @@ def main() -> None:
 
 def _setting_error(err: ErrorDetails) -> str:
     """One line for one invalid setting; the value is shown unless it may hold a secret."""
-    loc = [str(p) for p in err["loc"]]
-    if not loc:  # a check across settings: its input is every setting, secrets included
-        return f"settings: {err['msg']}"
-    field = Settings.model_fields.get(loc[0])
-    if field is not None:
-        name = env_names(loc[0], field)[0] + "".join(f"[{p}]" for p in loc[1:])
-    else:
-        name = ".".join(loc)
-    if field is None or is_secret(field):
+    loc = err["loc"]
+    found = find_setting(loc)
+    if found is None:
+        if not loc or (len(loc) == 1 and loc[0] in setting_groups()):
+            # A check across settings (of one group): its input may hold secrets.
+            return f"settings: {err['msg']}"
+        return f"setting {'.'.join(str(p) for p in loc)}: {err['msg']}"
+    setting, rest = found
+    name = setting.variables[0] + "".join(f"[{p}]" for p in rest)
+    if setting.secret:
         return f"setting {name}: {err['msg']}"
     return f"setting {name}: {err['msg']} (got {err.get('input')!r})"
 

@@ -19,4 +19,4 @@ def with_apps(settings: Settings, apps: list[str] | None) -> Settings:
     """`settings` with the `--app` references added to `JOBRELAY_APP`'s."""
     if not apps:
         return settings
-    return settings.model_copy(update={"app": [*settings.app, *apps]})
+    return settings.updated(jobs={"app": [*settings.jobs.app, *apps]})

@@ -92,18 +92,20 @@ def attach_to_running_stack(settings: Settings) -> Settings:
     stack = running_stack(settings)
     if stack is None:
         return settings
-    update: dict[str, object] = {}
-    explicit = settings.model_fields_set
-    api = urlsplit(stack.api_url)
-    if "api_host" not in explicit and api.hostname:
-        update["api_host"] = api.hostname
-    if "api_port" not in explicit and api.port:
-        update["api_port"] = api.port
-    if "aws_endpoint_url" not in explicit and stack.aws_endpoint_url:
-        update["aws_endpoint_url"] = stack.aws_endpoint_url
-    if "sqs_worker_webhook_url" not in explicit:
-        update["sqs_worker_webhook_url"] = f"{stack.api_url}/v1/webhooks/worker"
-    return settings.model_copy(update=update)
+    api: dict[str, object] = {}
+    explicit = settings.api.model_fields_set
+    url = urlsplit(stack.api_url)
+    if "host" not in explicit and url.hostname:
+        api["host"] = url.hostname
+    if "port" not in explicit and url.port:
+        api["port"] = url.port
+    aws: dict[str, object] = {}
+    if "endpoint_url" not in settings.aws.model_fields_set and stack.aws_endpoint_url:
+        aws["endpoint_url"] = stack.aws_endpoint_url
+    sqs_worker: dict[str, object] = {}
+    if "webhook_url" not in settings.sqs_worker.model_fields_set:
+        sqs_worker["webhook_url"] = f"{stack.api_url}/v1/webhooks/worker"
+    return settings.updated(api=api, aws=aws, sqs_worker=sqs_worker)
 
 
 def load_cli_settings(*, default_env: Environment | None = None, **overrides: object) -> Settings:

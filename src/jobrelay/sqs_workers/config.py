@@ -32,20 +32,24 @@ class WorkerConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerConfig:
+        """The `sqs_worker` group, plus what the worker shares with the rest of the stack:
+        the queue (`sqs`), the results bucket (`aws`) and the signing secret (`webhooks`:
+        the first signs)."""
+        worker = settings.sqs_worker
         return cls(
-            queue_name=settings.sqs_queue_name,
-            bucket=settings.s3_bucket,
-            webhook_url=settings.sqs_worker_webhook_url,
-            webhook_secret=settings.webhook_secrets[0].get_secret_value(),
-            concurrency=settings.sqs_worker_concurrency,
-            visibility_timeout_s=settings.sqs_worker_visibility_timeout_s,
-            heartbeat_s=settings.sqs_worker_heartbeat_s,
-            poll_wait_s=settings.sqs_worker_poll_wait_s,
-            handler_timeout_s=settings.sqs_worker_handler_timeout_s,
-            webhook_timeout_s=settings.sqs_worker_webhook_timeout_s,
-            webhook_retry_s=settings.sqs_worker_webhook_retry_s,
-            shutdown_grace_s=settings.sqs_worker_shutdown_grace_s,
-            file_root=settings.sqs_worker_file_root,
-            fetch_max_bytes=settings.sqs_worker_fetch_max_bytes,
-            max_receive_count=settings.sqs_max_receive_count,
+            queue_name=settings.sqs.queue_name,
+            bucket=settings.aws.s3_bucket,
+            webhook_url=worker.webhook_url,
+            webhook_secret=settings.webhooks.secrets[0].get_secret_value(),
+            concurrency=worker.concurrency,
+            visibility_timeout_s=worker.visibility_timeout_s,
+            heartbeat_s=worker.heartbeat_s,
+            poll_wait_s=worker.poll_wait_s,
+            handler_timeout_s=worker.handler_timeout_s,
+            webhook_timeout_s=worker.webhook_timeout_s,
+            webhook_retry_s=worker.webhook_retry_s,
+            shutdown_grace_s=worker.shutdown_grace_s,
+            file_root=worker.file_root,
+            fetch_max_bytes=worker.fetch_max_bytes,
+            max_receive_count=settings.sqs.max_receive_count,
         )

@@ -28,7 +28,7 @@ async def metrics_scraper(
     """Pass with the configured metrics token or an admin's JWT; else 401 or 403."""
     if credentials is None:
         raise Unauthenticated("an Authorization: Bearer token is required")
-    token = services.settings.api_metrics_token
+    token = services.settings.api.metrics_token
     presented = credentials.credentials
     if token is not None and hmac.compare_digest(
         presented.encode(), token.get_secret_value().encode()
@@ -53,7 +53,7 @@ async def get_metrics(request: Request, services: ServicesDep) -> Any:
     result = await metrics.scrape(
         services.pool,
         services.jobs.global_caps,
-        timeout_s=services.settings.api_metrics_timeout_s,
+        timeout_s=services.settings.api.metrics_timeout_s,
     )
     if result.groups_done == 0:
         response = problem(

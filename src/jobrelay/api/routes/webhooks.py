@@ -59,7 +59,7 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     },
 )
 async def worker_outcome(request: Request, services: ServicesDep) -> JSONResponse:
-    body = await _read_body(request, services.settings.api_max_body_bytes)
+    body = await _read_body(request, services.settings.api.max_body_bytes)
     if body is None:
         return problem(413, "too-large", "Payload too large", "the body is too large")
     try:

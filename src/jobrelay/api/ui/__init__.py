@@ -57,8 +57,8 @@ def create_ui(services: Services) -> FastAPI:
     ui.state.services = services
     settings = services.settings
     ui.state.ui_codec = SessionCodec(
-        settings.ui_session_secret.get_secret_value(),
-        ttl_s=settings.ui_session_ttl_s,
+        settings.ui.session_secret.get_secret_value(),
+        ttl_s=settings.ui.session_ttl_s,
         secure=settings.env != "development",
     )
     ui.state.hosted_ui = HostedUi.from_settings(settings)

@@ -93,17 +93,17 @@ class HostedUi:
     @classmethod
     def from_settings(cls, settings: Settings) -> HostedUi | None:
         """The client when Cognito auth and the console's Hosted UI are configured."""
-        if settings.auth_mode != "cognito":
+        if settings.auth.mode != "cognito":
             return None
-        if not settings.ui_cognito_domain or not settings.ui_cognito_client_id:
+        if not settings.ui.cognito_domain or not settings.ui.cognito_client_id:
             return None
-        secret = settings.ui_cognito_client_secret
+        secret = settings.ui.cognito_client_secret
         return cls(
-            domain=settings.ui_cognito_domain,
-            client_id=settings.ui_cognito_client_id,
+            domain=settings.ui.cognito_domain,
+            client_id=settings.ui.cognito_client_id,
             client_secret=secret.get_secret_value() if secret else None,
-            redirect_url=settings.ui_cognito_redirect_url,
-            signing_secret=settings.ui_session_secret.get_secret_value(),
+            redirect_url=settings.ui.cognito_redirect_url,
+            signing_secret=settings.ui.session_secret.get_secret_value(),
             secure=settings.env != "development",
         )
 

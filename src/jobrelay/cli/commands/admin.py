@@ -32,7 +32,7 @@ def token_command(
 ) -> None:
     """Print a token from the local issuer (JOBRELAY_AUTH_MODE=local)."""
     settings = load_cli_settings()
-    if settings.auth_mode != "local":
+    if settings.auth.mode != "local":
         raise InvalidInput("`jobrelay token` works only with JOBRELAY_AUTH_MODE=local")
     if not sub or len(sub) > 50:
         raise InvalidInput("--sub must be 1 to 50 characters (audit columns are varchar(50))")

@@ -66,11 +66,11 @@ def doctor_command() -> None:
             problems.append(
                 f"`jobrelay up` (pid {stack.pid}) runs but {stack.api_url} does not answer"
             )
-    if settings.aws_endpoint_url:
+    if settings.aws.endpoint_url:
         reachable = aws_reachable(settings)
         table.add_row("sqs/s3 endpoint", _endpoint_label(settings, stack), _yes(reachable))
         if not reachable:
-            problems.append(f"the SQS/S3 endpoint {settings.aws_endpoint_url} does not answer")
+            problems.append(f"the SQS/S3 endpoint {settings.aws.endpoint_url} does not answer")
     else:
         table.add_row("sqs/s3 endpoint", "not configured: `jobrelay up` starts the emulator", "-")
     console.print(table)
@@ -96,7 +96,7 @@ def _api_answers(api_url: str) -> bool:
 
 def _endpoint_label(settings: Settings, stack: RunningStack | None) -> str:
     """The endpoint URL, saying when it is the emulator a running `up` started."""
-    url = settings.aws_endpoint_url or ""
+    url = settings.aws.endpoint_url or ""
     if stack is not None and stack.emulator_started and stack.aws_endpoint_url == url:
         return f"{url} (emulator started by `jobrelay up`, pid {stack.pid})"
     return url

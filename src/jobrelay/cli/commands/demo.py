@@ -44,9 +44,9 @@ def demo_command(
 ) -> None:
     """Submit a Page Import batch to a running stack and follow it to the end."""
     settings = load_cli_settings()
-    if settings.auth_mode != "local":
+    if settings.auth.mode != "local":
         raise InvalidInput("`jobrelay demo` mints its token locally: JOBRELAY_AUTH_MODE=local")
-    base = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
+    base = (api or f"http://{settings.api.host}:{settings.api.port}").rstrip("/")
     project_id = asyncio.run(_demo_project(settings))
     token = local_issuer(settings).mint(DEMO_SUBJECT, ttl_s=3600)
     headers = {"Authorization": f"Bearer {token}"}

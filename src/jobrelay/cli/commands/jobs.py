@@ -104,7 +104,7 @@ def worker_command(
 
 
 async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> None:
-    settings = settings.model_copy(update={"db_pool_max": worker_pool_size(settings, config)})
+    settings = settings.updated(db={"pool_max": worker_pool_size(settings, config)})
     async with build_services(settings, dsn) as services:
         worker = services.jobs.worker(config)
         stop = asyncio.Event()

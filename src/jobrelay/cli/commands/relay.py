@@ -29,7 +29,7 @@ def relay_command(
     """
     settings = load_cli_settings(default_env="production")
     if metrics_port is not None:
-        settings = settings.model_copy(update={"relay_metrics_port": metrics_port})
+        settings = settings.updated(relay={"metrics_port": metrics_port})
     require_safe_environment(settings, "relay")
     with database(settings) as dsn:
         asyncio.run(_run(settings, dsn))

@@ -31,12 +31,9 @@ def sqs_worker_command(
     ),
 ) -> None:
     """Long-poll the work queue, do the work, store results in S3, post signed outcomes."""
-    overrides: dict[str, object] = {}
-    if concurrency is not None:
-        overrides["sqs_worker_concurrency"] = concurrency
-    if webhook_url is not None:
-        overrides["sqs_worker_webhook_url"] = webhook_url
-    settings = load_cli_settings(default_env="production", **overrides)
+    given = {"concurrency": concurrency, "webhook_url": webhook_url}
+    overrides = {name: value for name, value in given.items() if value is not None}
+    settings = load_cli_settings(default_env="production", sqs_worker=overrides)
     require_safe_environment(settings, "sqs-worker")
     configure_logging(settings)
     asyncio.run(_run(settings))

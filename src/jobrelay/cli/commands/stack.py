@@ -69,7 +69,7 @@ def up_command(
     # The local stack is development whatever JOBRELAY_ENV says: it runs the embedded
     # PostgreSQL, the emulator and the local issuer, which production refuses.
     settings = _for_stack(_with_port(with_apps(load_settings(env="development"), app), port))
-    settings = settings.model_copy(update={"db_pool_max": max(settings.db_pool_max, 30)})
+    settings = settings.updated(db={"pool_max": max(settings.db.pool_max, 30)})
     _require_free_port(settings)
     configure_logging(settings)
     _interrupt_on_sigterm()
@@ -89,7 +89,7 @@ def api_command(
     configure_logging(settings)
     _interrupt_on_sigterm()
     with contextlib.suppress(KeyboardInterrupt), database(settings) as dsn:
-        asyncio.run(_supervise(settings, dsn, settings.aws_endpoint_url, parts=[]))
+        asyncio.run(_supervise(settings, dsn, settings.aws.endpoint_url, parts=[]))
 
 
 def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
@@ -112,13 +112,13 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
         StackPart("jobs-worker", jobs_worker),
         StackPart("sqs-worker", sqs_worker),
     ]
-    if not settings.database_url:  # the embedded server is this stack's to keep running
+    if not settings.db.url:  # the embedded server is this stack's to keep running
         parts.append(StackPart("postgres-watchdog", postgres_watchdog))
     return parts
 
 
 def _run_stack(settings: Settings) -> None:
-    if settings.database_url:
+    if settings.db.url:
         _progress("migrating the database at DATABASE_URL")
     else:
         _progress(
@@ -126,7 +126,7 @@ def _run_stack(settings: Settings) -> None:
             "(the first start creates the cluster)"
         )
     with database(settings, own_stack=True) as dsn:
-        if not settings.aws_endpoint_url:
+        if not settings.aws.endpoint_url:
             _progress("starting the SQS/S3 emulator")
         with local_emulator(settings) as endpoint_url:
             _progress(f"creating the queues and the bucket at {endpoint_url}")
@@ -136,7 +136,7 @@ def _run_stack(settings: Settings) -> None:
                 settings,
                 api_url=_api_url(settings),
                 aws_endpoint_url=endpoint_url,
-                emulator_started=not settings.aws_endpoint_url,
+                emulator_started=not settings.aws.endpoint_url,
             ):
                 _print_welcome(settings, endpoint_url)
                 asyncio.run(
@@ -149,19 +149,19 @@ def _progress(step: str) -> None:
 
 
 def _api_url(settings: Settings) -> str:
-    return f"http://{settings.api_host}:{settings.api_port}"
+    return f"http://{settings.api.host}:{settings.api.port}"
 
 
 def _metrics_lines(settings: Settings, base: str) -> list[str]:
     """Where each part of the stack serves Prometheus metrics (the banner of `up`)."""
-    guarded = " (bearer JOBRELAY_API_METRICS_TOKEN)" if settings.api_metrics_token else ""
+    guarded = " (bearer JOBRELAY_API_METRICS_TOKEN)" if settings.api.metrics_token else ""
     lines = [f"metrics  {base}/metrics: API and database gauges{guarded}"]
     for part, port, setting in (
-        ("worker", settings.worker_metrics_port, "JOBRELAY_WORKER_METRICS_PORT"),
-        ("relay", settings.relay_metrics_port, "JOBRELAY_RELAY_METRICS_PORT"),
+        ("worker", settings.worker.metrics_port, "JOBRELAY_WORKER_METRICS_PORT"),
+        ("relay", settings.relay.metrics_port, "JOBRELAY_RELAY_METRICS_PORT"),
     ):
         if port:
-            lines.append(f"metrics  http://{settings.api_host}:{port}/metrics: {part}")
+            lines.append(f"metrics  http://{settings.api.host}:{port}/metrics: {part}")
         elif port == 0 and part == "worker":
             lines.append(f"metrics  {part}: on a free port (its log names it)")
         else:
@@ -176,7 +176,7 @@ def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
     console.print(f"  console  {base}/ui")
     for line in _metrics_lines(settings, base):
         console.print(f"  {line}", highlight=False)
-    if settings.auth_mode == "local":
+    if settings.auth.mode == "local":
         token = local_issuer(settings).mint("demo", ttl_s=12 * 3600, admin=True)
         console.print("A token (sub demo, admin group, 12 h) and an example request:")
         console.print(f"  export TOKEN={token}", soft_wrap=True, highlight=False)
@@ -205,8 +205,8 @@ async def _supervise(
             server = _SupervisedServer(
                 uvicorn.Config(
                     create_app(services),
-                    host=settings.api_host,
-                    port=settings.api_port,
+                    host=settings.api.host,
+                    port=settings.api.port,
                     log_level="warning",
                     lifespan="off",
                 )
@@ -238,10 +238,9 @@ async def _supervise(
 
 def _for_stack(settings: Settings) -> Settings:
     """Point the in-stack SQS worker at this API unless its webhook URL was configured."""
-    if "sqs_worker_webhook_url" in settings.model_fields_set:
+    if "webhook_url" in settings.sqs_worker.model_fields_set:
         return settings
-    url = f"{_api_url(settings)}/v1/webhooks/worker"
-    return settings.model_copy(update={"sqs_worker_webhook_url": url})
+    return settings.updated(sqs_worker={"webhook_url": f"{_api_url(settings)}/v1/webhooks/worker"})
 
 
 def _interrupt_on_sigterm() -> None:
@@ -257,10 +256,10 @@ def _interrupt_on_sigterm() -> None:
 def _with_port(settings: Settings, port: int | None) -> Settings:
     if port is None:
         return settings
-    return settings.model_copy(update={"api_port": port})
+    return settings.updated(api={"port": port})
 
 
 def _require_free_port(settings: Settings) -> None:
     require_free_port(
-        settings.api_host, settings.api_port, what="the API", setting="JOBRELAY_API_PORT"
+        settings.api.host, settings.api.port, what="the API", setting="JOBRELAY_API_PORT"
     )
