@@ -63,7 +63,13 @@ from pydantic import ValidationError
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
-from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_class_name
+from jobrelay.domain.jobs_config import (
+    DEFAULT_CLASS,
+    ConfigError,
+    QueueLimits,
+    Rate,
+    check_class_name,
+)
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Completion, Done
@@ -277,7 +283,15 @@ class Worker:
             registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES, failpoints=failpoints
         )
         self.config = config
-        self._rates = {**registry.rates, **config.rates}
+        # What every claim of this worker obeys, resolved once for its life.
+        self._limits = QueueLimits(
+            lease_s=config.lease_s,
+            total=config.total_slots,
+            slots=config.class_slots,
+            caps=config.global_caps,
+            rates={**registry.rates, **config.rates},
+            fair=config.fair_claims,
+        )
         self._jitter = jitter
         self._failpoints = failpoints
         self.metrics = metrics or WorkerMetrics()
@@ -478,14 +492,7 @@ class Worker:
         started = time.perf_counter()
         async with self._claim_pool.connection() as conn:
             jobs = await claims.claim(
-                conn,
-                worker_id=self.worker_id,
-                limit=total,
-                limits=limits,
-                caps=self.config.global_caps,
-                rates=self._rates,
-                fair=self.config.fair_claims,
-                lease_s=self.config.lease_s,
+                conn, self._limits, worker_id=self.worker_id, wanted=limits, total=total
             )
         self.metrics.claim_latency.observe(time.perf_counter() - started)
         return jobs
