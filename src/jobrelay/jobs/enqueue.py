@@ -1,10 +1,16 @@
-"""Enqueue: one atomic statement per conflict policy, single or bulk (DESIGN.md 3.1-3.3).
+"""Enqueue: one atomic statement per conflict action, single or bulk (DESIGN.md 3.1-3.3).
 
 `enqueue(conn, request)` and `enqueue_many(conn, requests)` take the caller's connection so a
 job can be created in the same transaction as the rows that need it: the job is invisible
 to workers until that transaction commits and disappears if it rolls back (no orphan job,
 no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
-through `INSERT ... ON CONFLICT`, never by reading first.
+through `INSERT ... ON CONFLICT`, never by reading first: `DO NOTHING` for policy ignore
+(`enqueue_ignore.sql`, no lock on the job it keeps), `DO UPDATE` for merge and supersede
+(`enqueue_update.sql`). Every statement reads the same row, the database type
+`jobrelay_job_input_v1` that `_Row.fields` encodes (`_NAMES`).
+
+Every request is first checked against the enqueue contract (`EnqueueRequest.problems`:
+ranges, delay or run time, time zones), whoever sends it; the API and the CLI only parse.
 
 Jobs without a dedupe key cannot conflict, whatever their policy: they take a plain INSERT
 with no arbiter and no read-back (`enqueue_new.sql`), or in bulk, from `COPY_MIN_ROWS` jobs
