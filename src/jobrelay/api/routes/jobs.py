@@ -253,9 +253,10 @@ async def enqueue_job(
         raise _as_sent(exc, body) from None
     if result.outcome is not EnqueueOutcome.CREATED:
         response.status_code = status.HTTP_200_OK
-    assert result.job is not None  # asked for
+    # The stored row came with the write; read again only if the job was gone by then.
+    job = result.job or await services.jobs.get(result.id)
     return EnqueuedOut(
-        id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(result.job)
+        id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(job)
     )
 
 
