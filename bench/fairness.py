@@ -8,8 +8,8 @@ Drain: every scenario drains the same number of `diag.sleep {seconds: 0}` jobs (
 handler) with one in-process worker of 10 slots (`WorkerConfig(concurrency=10)`), on an
 embedded PostgreSQL with durable defaults (fsync, synchronous_commit on):
 
-* `fifo`: `fair_claims=False`, the claim statement before issue 17
-  (`claim_jobs_fifo.sql`): the baseline.
+* `fifo`: `fair_claims=False`, strict priority and arrival order (`claim_jobs.sql` with
+  `fair` false; until issue 23 its own statement, `claim_jobs_fifo.sql`): the baseline.
 * `fair`: `fair_claims=True` (the default), every job without a fairness key (NULL): a
   single tenant as deployed today.
 * `fair_one_key`: `fair_claims=True`, every job with the same fairness key.
@@ -20,7 +20,7 @@ A drain is timed from the worker's start to the moment every job is completed (p
 the database). Prints one line per rep and scenario, then the medians and each ratio to
 `fifo`.
 
-Statement (`--statement`): the claim statement alone, fair vs FIFO, on one claim connection
+Statement (`--statement`): the claim statement alone, `fair` true vs false, on one claim connection
 (generic plan, as the worker runs it) over `--jobs` pending jobs without a key: rounds of 50
 claims of 10 jobs each (committed; the claimed jobs are put back to pending after each
 round), alternating the two statements; prints the median milliseconds per claim and the ratio.
@@ -169,7 +169,7 @@ async def _statement(dsn: str, n: int, rounds: int = 15) -> dict[str, float]:
         async with pool.connection() as conn:
             await conn.execute("TRUNCATE jobs")
         await _enqueue(pool, registry, _requests(n, "fair"))
-        per_claim: dict[str, list[float]] = {"claim_jobs_fifo": [], "claim_jobs": []}
+        per_claim: dict[str, list[float]] = {"fifo": [], "fair": []}
         async with pool.connection() as conn:
             await conn.execute("ANALYZE jobs")
             await claims.configure_claim_session(conn)
@@ -183,10 +183,11 @@ async def _statement(dsn: str, n: int, rounds: int = 15) -> dict[str, float]:
             }
             for _ in range(rounds):
                 for name in per_claim:
-                    sql = queries.claim_jobs if name == "claim_jobs" else queries.claim_jobs_fifo
                     started = time.perf_counter()
                     for _ in range(50):
-                        await conn.execute(sql, params, prepare=True)
+                        await conn.execute(
+                            queries.claim_jobs, {**params, "fair": name == "fair"}, prepare=True
+                        )
                     per_claim[name].append((time.perf_counter() - started) / 50 * 1000)
                     # Back to pending, untimed. Not a rollback per claim: psycopg drops its
                     # prepared statements on a rollback, and re-planning is not the claim.
@@ -219,9 +220,9 @@ def main() -> None:
         if args.statement:
             ms = asyncio.run(_statement(url, args.jobs))
             print(
-                f"statement pending={args.jobs} fifo_ms={ms['claim_jobs_fifo']:.3f} "
-                f"fair_ms={ms['claim_jobs']:.3f} "
-                f"ratio={ms['claim_jobs'] / ms['claim_jobs_fifo']:.2f} "
+                f"statement pending={args.jobs} fifo_ms={ms['fifo']:.3f} "
+                f"fair_ms={ms['fair']:.3f} "
+                f"ratio={ms['fair'] / ms['fifo']:.2f} "
                 f"load={os.getloadavg()[0]:.2f}",
                 flush=True,
             )

@@ -45,6 +45,7 @@ from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs.claims import claim
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.worker import Worker, WorkerConfig
@@ -87,7 +88,9 @@ async def _probe(conn: Connection) -> float:
     start = time.perf_counter()
     try:
         async with conn.transaction():
-            await claim(conn, worker_id="probe", limit=1, lease_s=60, classes=["default"])
+            await claim(
+                conn, QueueLimits(lease_s=60, total=1, slots={"default": 1}), worker_id="probe"
+            )
             raise _Rollback
     except _Rollback:
         pass

@@ -42,6 +42,7 @@ from jobrelay.bootstrap import product_job_types
 from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs.claims import claim
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
 from jobrelay.jobs.service import JobsService
@@ -90,7 +91,9 @@ async def _claims(conn: Connection, reps: int) -> list[float]:
     for _ in range(reps):
         start = time.perf_counter()
         async with conn.transaction():
-            jobs = await claim(conn, worker_id="bench", limit=10, lease_s=600, classes=["default"])
+            jobs = await claim(
+                conn, QueueLimits(lease_s=600, total=10, slots={"default": 10}), worker_id="bench"
+            )
         samples.append(time.perf_counter() - start)
         assert jobs, "no job to claim"
     await conn.execute("DELETE FROM jobs WHERE status = 'in_progress'")

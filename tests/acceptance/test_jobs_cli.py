@@ -9,6 +9,7 @@ import pytest
 
 from jobrelay.api.routes.jobs import DiagnosisOut, JobOut
 from tests.harness import cli_env, jobrelay_command, wait_until
+from tests.jobs_support import query
 
 
 def _jobs(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -52,6 +53,23 @@ def test_enqueue_run_show_list_and_bad_input(db_dsn: str) -> None:
     assert listed["items"][0]["attemptCount"] == 1
     bad = _jobs(db_dsn, "enqueue", "no.such.type")
     assert bad.returncode == 2 and "unknown job type" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--priority", "40000"], "--priority"),
+        (["--max-attempts", "0"], "--max-attempts"),
+        (["--delay", "-1"], "--delay"),
+        (["--delay", "5", "--run-at", "2030-06-01T03:00:00Z"], "--delay"),
+    ],
+)
+def test_enqueue_refuses_what_the_engine_refuses_naming_the_option(
+    db_dsn: str, args: list[str], option: str
+) -> None:
+    bad = _jobs(db_dsn, "enqueue", "diag.noop", *args)
+    assert bad.returncode == 2 and f"{option}:" in bad.stderr, bad.stderr
+    assert query(db_dsn, "SELECT id FROM jobs") == []
 
 
 def test_why_prints_the_diagnosis_as_the_api_sends_it(db_dsn: str) -> None:

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import EnqueueRequest
 from tests.jobs_support import eventually, fetch, service
@@ -39,7 +40,7 @@ async def test_fail_and_cancel_record_one_attempt(pool: Pool, db_dsn: str, first
     jobs = service(pool)
     job_id = (await jobs.enqueue(EnqueueRequest("diag.noop", {}))).id
     async with pool.connection() as conn:
-        [claimed] = await claims.claim(conn, worker_id="w-race", limit=1, lease_s=60.0)
+        [claimed] = await claims.claim(conn, QueueLimits(lease_s=60.0, total=1), worker_id="w-race")
     holder = await _connect(db_dsn)
     other = await _connect(db_dsn)
     try:

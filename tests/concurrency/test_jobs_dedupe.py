@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.jobs import EnqueueOutcome, FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -109,7 +110,7 @@ async def test_enqueue_racing_the_end_of_the_active_job(
     jobs = service(pool)
     await jobs.enqueue(EnqueueRequest("index.sync_delta", {"index": "i", "mediaIds": ["old"]}))
     async with pool.connection() as conn:
-        [job] = await claims.claim(conn, worker_id="w", limit=1, lease_s=30)
+        [job] = await claims.claim(conn, QueueLimits(lease_s=30, total=1), worker_id="w")
 
     async def end(conn: Connection) -> None:
         if ending == "complete":

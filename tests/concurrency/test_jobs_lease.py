@@ -8,6 +8,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.registry import JobContext
@@ -32,12 +33,12 @@ async def test_stale_worker_is_fenced_off_completely(pool: Pool, db_dsn: str) ->
             EnqueueRequest("media.process", {"mediaId": "m", "revision": 3, "sourceId": "s"})
         )
         async with old_pool.connection() as conn:
-            [old] = await claims.claim(conn, worker_id="old", limit=1, lease_s=0.2)
+            [old] = await claims.claim(conn, QueueLimits(lease_s=0.2, total=1), worker_id="old")
         old_outcome = await _outputs_of(old_pool, old)  # computed, not yet recorded
 
         async with new_pool.connection() as conn:
             await eventually(lambda: claims.rescue_expired(conn), what="lease expiry")
-            [new] = await claims.claim(conn, worker_id="new", limit=1, lease_s=30)
+            [new] = await claims.claim(conn, QueueLimits(lease_s=30, total=1), worker_id="new")
         assert new.id == old.id and new.claim_token != old.claim_token
 
         new_outcome = await _outputs_of(new_pool, new)

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 
 from jobrelay.db.pool import open_pool
 from jobrelay.domain.jobs import FailureKind, JobStatus, LeaseLost, Transition, next_status
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import ClaimedJob, Completion, Done
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -95,7 +96,9 @@ def test_jobs_state_machine(db_dsn: str) -> None:
         def claim(self, limit: int) -> list[ClaimedJob]:
             async def go() -> list[ClaimedJob]:
                 async with self.pool.connection() as conn:
-                    return await claims.claim(conn, worker_id="h", limit=limit, lease_s=60)
+                    return await claims.claim(
+                        conn, QueueLimits(lease_s=60, total=limit), worker_id="h"
+                    )
 
             got = self.run(go())
             pending = [i for i, j in self.model.items() if j.status is JobStatus.PENDING]

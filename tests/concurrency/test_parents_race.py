@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import Done, Settled
 from jobrelay.jobs.maintenance import ParentReconciler
@@ -58,7 +59,7 @@ async def test_two_children_finishing_together_end_the_parent_exactly_once(
 ) -> None:
     parent, _ = await _parent_with_items(pool, 2)
     async with pool.connection() as conn:
-        first, second = await claims.claim(conn, worker_id="w", limit=2, lease_s=60)
+        first, second = await claims.claim(conn, QueueLimits(lease_s=60, total=2), worker_id="w")
     release = asyncio.Event()
     a_written = asyncio.Event()
     conn_a = await psycopg.AsyncConnection.connect(db_dsn, row_factory=dict_row)
@@ -97,7 +98,7 @@ async def test_two_children_finishing_together_end_the_parent_exactly_once(
 async def test_a_failing_and_a_completing_child_at_once_fail_the_parent(pool: Pool) -> None:
     parent, _ = await _parent_with_items(pool, 2)
     async with pool.connection() as conn:
-        first, second = await claims.claim(conn, worker_id="w", limit=2, lease_s=60)
+        first, second = await claims.claim(conn, QueueLimits(lease_s=60, total=2), worker_id="w")
 
     async def complete() -> Settled:
         async with pool.connection() as conn:

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -52,7 +53,7 @@ async def _enqueue(api: ApiHarness, type_: str = "diag.noop", **kw: Any) -> uuid
 async def _claim(api: ApiHarness, cls: str, *, lease_s: float = 60.0) -> ClaimedJob:
     async with api.services.pool.connection() as conn:
         [job] = await claims.claim(
-            conn, worker_id="w-test", limit=1, lease_s=lease_s, classes=[cls]
+            conn, QueueLimits(lease_s=lease_s, total=1, slots={cls: 1}), worker_id="w-test"
         )
     return job
 

@@ -17,6 +17,7 @@ from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from jobrelay.api import create_app
 from jobrelay.api.ui.session import COOKIE
 from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.models import ClaimedJob
@@ -76,7 +77,9 @@ async def login(api: ApiHarness) -> AsyncIterator[Login]:
 
 async def _claim(api: ApiHarness, cls: str = "default", worker: str = "w-test") -> ClaimedJob:
     async with api.services.pool.connection() as conn:
-        [job] = await claims.claim(conn, worker_id=worker, limit=1, lease_s=60.0, classes=[cls])
+        [job] = await claims.claim(
+            conn, QueueLimits(lease_s=60.0, total=1, slots={cls: 1}), worker_id=worker
+        )
     return job
 
 

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.models import ClaimedJob
 from tests.harness import ApiHarness
@@ -24,7 +25,7 @@ login = test_console_ui.login  # the fixture: a client logged in through the log
 async def _claim(api: ApiHarness, worker: str = "w-attempts") -> ClaimedJob:
     async with api.services.pool.connection() as conn:
         [job] = await claims.claim(
-            conn, worker_id=worker, limit=1, lease_s=60.0, classes=["default"]
+            conn, QueueLimits(lease_s=60.0, total=1, slots={"default": 1}), worker_id=worker
         )
     return job
 

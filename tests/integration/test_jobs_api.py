@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jobrelay.api.routes.jobs import DiagnosisOut
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims, presence
 from tests.harness import ApiHarness
 
@@ -101,7 +102,7 @@ async def test_diagnosis_names_the_job_running_on_the_same_source(api: ApiHarnes
         await presence.announce(
             conn, worker_id="w-api", class_slots={"default": 2}, global_caps={}, interval_s=10
         )
-        [claimed] = await claims.claim(conn, worker_id="w-api", limit=1, lease_s=30)
+        [claimed] = await claims.claim(conn, QueueLimits(lease_s=30, total=1), worker_id="w-api")
     assert str(claimed.id) == first
     got = await api.client.get(f"/v1/jobs/{second}/diagnosis", headers=h)
     assert got.status_code == 200, got.text

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import load_query
 from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import Completion, Done
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -24,7 +25,7 @@ Pool = AsyncConnectionPool[Connection]
 
 async def _claim(pool: Pool, limit: int = 1, lease_s: float = 30.0, worker: str = "w1"):  # type: ignore[no-untyped-def]
     async with pool.connection() as conn:
-        return await claims.claim(conn, worker_id=worker, limit=limit, lease_s=lease_s)
+        return await claims.claim(conn, QueueLimits(lease_s=lease_s, total=limit), worker_id=worker)
 
 
 async def test_claim_sets_token_attempt_and_lease_in_database_time(pool: Pool) -> None:
@@ -32,7 +33,7 @@ async def test_claim_sets_token_attempt_and_lease_in_database_time(pool: Pool) -
     async with pool.connection() as conn, conn.transaction():
         # Trap: now() is the transaction start; the lease must use clock_timestamp().
         await conn.execute("SELECT pg_sleep(0.3)")
-        [job] = await claims.claim(conn, worker_id="w1", limit=1, lease_s=30)
+        [job] = await claims.claim(conn, QueueLimits(lease_s=30, total=1), worker_id="w1")
         cur = await conn.execute(
             "SELECT lease_expires_at - now() AS ahead, attempt_count, claim_token, claimed_by "
             "FROM jobs WHERE id = %s",
@@ -73,7 +74,9 @@ async def test_claims_from_two_connections_never_share_a_job(pool: Pool, db_dsn:
         import asyncio
 
         async def drain(conn) -> None:  # type: ignore[no-untyped-def]
-            while batch := await claims.claim(conn, worker_id="x", limit=7, lease_s=30):
+            while batch := await claims.claim(
+                conn, QueueLimits(lease_s=30, total=7), worker_id="x"
+            ):
                 seen.extend(j.id for j in batch)
 
         await asyncio.gather(drain(a), drain(b))
@@ -196,7 +199,10 @@ async def test_paused_claims_take_nothing(pool: Pool) -> None:
     assert await _claim(pool) == []
 
 
-async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(pool: Pool) -> None:
+@pytest.mark.parametrize("fair", [True, False])
+async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(
+    pool: Pool, fair: bool
+) -> None:
     # With the claim session's generic plan, an index in (priority, available_at, id)
     # without the class let the claim of `ai` walk every pending `default` job.
     jobs = service(pool)
@@ -217,6 +223,7 @@ async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(pool:
                     "classes": ["ai", "default"],
                     "limits": [5, 10],
                     "caps": [None, None],
+                    "fair": fair,
                 },
             )
             found = await cursor.fetchone()

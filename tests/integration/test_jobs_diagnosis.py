@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import NotFound
 from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims, diagnosis, presence
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.diagnosis import Diagnosis, Reason
@@ -52,7 +53,7 @@ async def _enqueue(
 
 async def _claim(pool: Pool, worker: str = LIVE, **kw: Any) -> list[ClaimedJob]:
     async with pool.connection() as conn:
-        return await claims.claim(conn, worker_id=worker, limit=1, lease_s=30.0, **kw)
+        return await claims.claim(conn, QueueLimits(lease_s=30.0, total=1, **kw), worker_id=worker)
 
 
 async def test_pending_blockers_in_precedence_with_the_blocker_named(pool: Pool) -> None:
@@ -111,7 +112,7 @@ async def test_class_at_its_global_cap_names_the_jobs_holding_the_slots(pool: Po
     holders = [await _enqueue(pool, "diag.sleep", {**ai, "seconds": i + 1}) for i in range(2)]
     waiting = await _enqueue(pool, "diag.sleep", {**ai, "seconds": 9})
     for _ in holders:
-        await _claim(pool, classes=["ai"], caps={"ai": 2})
+        await _claim(pool, slots={"ai": 1}, caps={"ai": 2})
     assert (await _why(pool, waiting)).reason is Reason.CLAIMABLE  # caps unknown: no cap
     why = await _why(pool, waiting, caps={"ai": 2})
     assert why.reason is Reason.CLASS_AT_CAP

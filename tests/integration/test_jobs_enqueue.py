@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import InvalidInput, Paused
 from jobrelay.domain.jobs import EnqueueOutcome
+from jobrelay.jobs import enqueue as enqueue_module
 from jobrelay.jobs.enqueue import COPY_CHUNK_ROWS, COPY_MIN_ROWS, EnqueueRequest
 from tests.jobs_support import fetch, row, service
 
@@ -353,3 +354,90 @@ async def test_bulk_with_a_delay_takes_the_statement(pool: Pool) -> None:
     later = await fetch(pool, "SELECT id FROM jobs WHERE available_at > clock_timestamp()")
     assert len(later) == 1
     assert len(await fetch(pool, "SELECT id FROM jobs")) == COPY_MIN_ROWS + 1
+
+
+@pytest.mark.parametrize(
+    ("type_", "payloads", "outcomes"),
+    [
+        ("diag.noop", [{}], [EnqueueOutcome.CREATED]),
+        (
+            "media.process",
+            [{"mediaId": "m1", "revision": 2, "sourceId": "s1"}] * 2,
+            [EnqueueOutcome.CREATED, EnqueueOutcome.DEDUPLICATED],
+        ),
+        (
+            "source.sync",
+            [{"sourceId": "s1", "syncKind": "full", "revision": r} for r in (2, 5)],
+            [EnqueueOutcome.CREATED, EnqueueOutcome.SUPERSEDED],
+        ),
+        (
+            "index.sync_delta",
+            [{"index": "i", "mediaIds": ids} for ids in (["a"], ["b"])],
+            [EnqueueOutcome.CREATED, EnqueueOutcome.MERGED],
+        ),
+    ],
+)
+async def test_a_stored_enqueue_returns_the_row_it_landed_in(
+    pool: Pool, type_: str, payloads: list[dict[str, object]], outcomes: list[EnqueueOutcome]
+) -> None:
+    """`stored=True` answers with the job as the table holds it after the write (the row the
+    API returns), whatever the policy did."""
+    jobs = service(pool)
+    for payload, outcome in zip(payloads, outcomes, strict=True):
+        result = await jobs.enqueue(EnqueueRequest(type_, payload), stored=True)
+        assert result.outcome is outcome
+        assert result.job is not None
+        assert result.job == await jobs.get(result.id)
+        assert (result.job.id, result.job.revision) == (result.id, result.revision)
+
+
+async def test_a_stored_enqueue_of_a_parent_returns_it_waiting(pool: Pool) -> None:
+    result = await service(pool).enqueue(
+        EnqueueRequest("ccip.batch", {"sourceIds": ["s1"]}), stored=True
+    )
+    assert result.job is not None and result.job.status == "pending"
+    assert result.job == await service(pool).get(result.id)
+
+
+async def test_a_stored_enqueue_while_paused_stores_nothing(pool: Pool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
+    for request in (
+        EnqueueRequest("diag.noop", {}),
+        EnqueueRequest("media.process", {"mediaId": "m1", "revision": 1, "sourceId": "s1"}),
+    ):
+        with pytest.raises(Paused):
+            await service(pool).enqueue(request, stored=True)
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "path"),
+    [
+        (EnqueueRequest("diag.noop", {}, priority=-1), "priority"),
+        (EnqueueRequest("diag.noop", {}, priority=32768), "priority"),
+        (EnqueueRequest("diag.noop", {}, max_attempts=1001), "maxAttempts"),
+        (EnqueueRequest("diag.noop", {}, delay_s=-1), "delay"),
+    ],
+)
+async def test_the_engine_checks_the_enqueue_contract_for_every_caller(
+    pool: Pool, request_: EnqueueRequest, path: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        await service(pool).enqueue(request_)
+    assert [e.path for e in refused.value.errors] == [path]
+    with pytest.raises(InvalidInput) as bulk:
+        await service(pool).enqueue_many([EnqueueRequest("diag.noop", {}), request_])
+    assert [e.path for e in bulk.value.errors] == [f"1.{path}"]
+    assert await fetch(pool, "SELECT id FROM jobs") == []
+
+
+async def test_the_python_row_is_the_database_type_field_for_field(pool: Pool) -> None:
+    """`enqueue._NAMES` (the names of the JSON document, the one-row parameters and the
+    COPY columns) is the type jobrelay_job_input_v1 every enqueue statement reads."""
+    rows = await fetch(
+        pool,
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'jobrelay_job_input_v1'::regclass "
+        "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+    )
+    assert tuple(r["attname"] for r in rows) == enqueue_module._NAMES

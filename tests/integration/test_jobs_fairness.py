@@ -12,6 +12,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
@@ -31,9 +32,8 @@ def _job(key: str | None, *, priority: int | None = None, **payload: Any) -> Enq
 
 async def _claim(pool: Pool, limit: int, *, fair: bool = True) -> list[ClaimedJob]:
     async with pool.connection() as conn:
-        return await claims.claim(
-            conn, worker_id="w", limit=limit, lease_s=30, classes=["default"], fair=fair
-        )
+        limits = QueueLimits(lease_s=30, total=limit, slots={"default": limit}, fair=fair)
+        return await claims.claim(conn, limits, worker_id="w")
 
 
 def _keys(jobs: list[ClaimedJob]) -> Counter[str | None]:
@@ -106,10 +106,10 @@ async def test_every_key_gets_a_turn_when_keys_outnumber_the_slots(pool: Pool) -
 async def test_concurrent_claimers_of_one_key_skip_each_others_rows(pool: Pool) -> None:
     await service(pool).enqueue_many([_job("solo") for _ in range(20)])
     async with pool.connection() as first, first.transaction():
-        held = await claims.claim(first, worker_id="w1", limit=5, lease_s=30)
+        held = await claims.claim(first, QueueLimits(lease_s=30, total=5), worker_id="w1")
         # The first claim is not committed; a second claimer still gets 5 other jobs.
         async with pool.connection() as second:
-            other = await claims.claim(second, worker_id="w2", limit=5, lease_s=30)
+            other = await claims.claim(second, QueueLimits(lease_s=30, total=5), worker_id="w2")
     assert len(held) == 5 and len(other) == 5
     assert not {j.id for j in held} & {j.id for j in other}
 

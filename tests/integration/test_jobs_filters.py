@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.service import _QUERIES, uuid7_floor
@@ -32,7 +33,7 @@ async def _ids(api: ApiHarness, **params: Any) -> list[str]:
 async def _finish(api: ApiHarness, job_id: uuid.UUID, *, fail: bool = False) -> None:
     async with api.services.pool.connection() as conn:
         [claimed] = await claims.claim(
-            conn, worker_id="w-filter", limit=1, lease_s=60.0, classes=["default"]
+            conn, QueueLimits(lease_s=60.0, total=1, slots={"default": 1}), worker_id="w-filter"
         )
         assert claimed.id == job_id
         if fail:

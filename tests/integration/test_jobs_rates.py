@@ -13,7 +13,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.api.routes.jobs import DiagnosisOut
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs_config import ConfigError, Rate, parse_class_rates, parse_rate
+from jobrelay.domain.jobs_config import (
+    ConfigError,
+    QueueLimits,
+    Rate,
+    parse_class_rates,
+    parse_rate,
+)
 from jobrelay.jobs import claims, presence
 from jobrelay.jobs.diagnosis import Reason, diagnose
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -28,9 +34,8 @@ FIVE_PER_MINUTE = {"default": Rate(5, 60.0)}
 async def _claim(
     conn: Connection, limit: int, rates: dict[str, Rate], worker: str = "w"
 ) -> list[ClaimedJob]:
-    return await claims.claim(
-        conn, worker_id=worker, limit=limit, lease_s=30, classes=["default"], rates=rates
-    )
+    limits = QueueLimits(lease_s=30, total=limit, slots={"default": limit}, rates=rates)
+    return await claims.claim(conn, limits, worker_id=worker)
 
 
 @pytest.mark.parametrize(
@@ -159,15 +164,8 @@ async def test_a_rate_a_cap_and_fairness_keys_hold_together(pool: Pool) -> None:
     rates = {"ai": Rate(3, 60.0)}
 
     async def claim(conn: Connection) -> list[ClaimedJob]:
-        return await claims.claim(
-            conn,
-            worker_id="w",
-            limit=10,
-            lease_s=30,
-            classes=["ai"],
-            caps={"ai": 2},
-            rates=rates,
-        )
+        limits = QueueLimits(lease_s=30, total=10, slots={"ai": 10}, caps={"ai": 2}, rates=rates)
+        return await claims.claim(conn, limits, worker_id="w")
 
     async with pool.connection() as first, pool.connection() as second:
         got = await claim(first)

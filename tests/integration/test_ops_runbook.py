@@ -14,6 +14,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, open_pool
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs.claims import claim
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import set_pause
@@ -370,7 +371,7 @@ async def test_pause_refuses_enqueue_over_http_and_stops_claims(api: ApiHarness)
     )
     assert accepted.status_code in (200, 201), accepted.text
     async with pool.connection() as conn:
-        assert await claim(conn, worker_id="w", limit=10, lease_s=30) == []
+        assert await claim(conn, QueueLimits(lease_s=30, total=10), worker_id="w") == []
     await set_pause(pool, claims=False, enqueue=False, reason=None, actor="ops")
     async with pool.connection() as conn:
-        assert len(await claim(conn, worker_id="w", limit=10, lease_s=30)) == 1
+        assert len(await claim(conn, QueueLimits(lease_s=30, total=10), worker_id="w")) == 1

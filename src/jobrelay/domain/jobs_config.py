@@ -1,14 +1,14 @@
 """Worker configuration values as text: slots and global caps per concurrency class, and
 failpoints. Pure parsing shared by the CLI (`--slots`) and the settings
 (`JOBRELAY_WORKER_SLOTS`, `JOBRELAY_JOBS_GLOBAL_CAPS`, `JOBRELAY_JOBS_FAILPOINTS`); every
-error names the offending value.
+error names the offending value. `QueueLimits` is what a claim reads once they are resolved.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Concurrency classes are data: any name of this shape, declared by the job types that use
 # it and given slots by the registry or the settings. A job type without a class is here.
@@ -181,3 +181,41 @@ def parse_class_rates(text: str, *, what: str) -> dict[str, Rate]:
             raise ConfigError(f"invalid {what} {part!r}: {exc}") from None
         rates[name] = parse_rate(value, what=f"{what} rate of {name!r}")
     return rates
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Everything a claimer's claims obey that is fixed for its life, resolved once from its
+    slots, the global caps and the rates of the registry and the settings (a worker builds
+    it at its start); `jobs.claims.claim` reads this one value. Invalid values raise
+    `ValueError` naming them.
+
+    `lease_s`: the lease a claim sets.
+    `total`: jobs at once over all classes.
+    `slots`: jobs at once per concurrency class (a class without slots is not claimed);
+    None: every class with pending jobs, each up to `total` (a one-off claim).
+    `caps`: global caps per class, across every claimer (invariant 10).
+    `rates`: starts per period per class (`job_rate_windows`).
+    `fair`: rotate claims across fairness keys (False: strict priority and arrival order).
+    """
+
+    lease_s: float
+    total: int
+    slots: Mapping[str, int] | None = None
+    caps: Mapping[str, int] = field(default_factory=dict)
+    rates: Mapping[str, Rate] = field(default_factory=dict)
+    fair: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {self.lease_s}")
+        if self.total < 0:
+            raise ValueError(f"total must be >= 0, got {self.total}")
+        if self.slots is not None:
+            if any(n < 0 for n in self.slots.values()):
+                raise ValueError(f"slots must be >= 0, got {dict(self.slots)}")
+            object.__setattr__(self, "slots", dict(self.slots))
+        if any(cap < 1 for cap in self.caps.values()):
+            raise ValueError(f"caps must be >= 1, got {dict(self.caps)}")
+        object.__setattr__(self, "caps", dict(self.caps))
+        object.__setattr__(self, "rates", dict(self.rates))

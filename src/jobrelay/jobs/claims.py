@@ -30,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
-from jobrelay.domain.jobs_config import Rate
+from jobrelay.domain.jobs_config import QueueLimits, Rate
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
 
@@ -66,36 +66,35 @@ async def configure_claim_session(conn: Connection) -> None:
 
 async def claim(
     conn: Connection,
+    limits: QueueLimits,
     *,
     worker_id: str,
-    limit: int,
-    lease_s: float,
-    classes: Sequence[str] | None = None,
-    limits: Mapping[str, int] | None = None,
-    caps: Mapping[str, int] | None = None,
-    rates: Mapping[str, Rate] | None = None,
-    fair: bool = True,
+    wanted: Mapping[str, int] | None = None,
+    total: int | None = None,
 ) -> list[ClaimedJob]:
-    """Claim up to `limit` available jobs in one statement (fresh token, attempt + 1).
+    """Claim available jobs within `limits` in one statement (fresh token, attempt + 1).
 
-    `limits` bounds each class (default: `limit` for every class of `classes`); `caps` are
-    the global caps per class (invariant 10). With a cap, the class's advisory lock is
-    taken first and held until commit (in a transaction of its own unless one is open).
-    `rates` are the rate limits per class: the class's row of `job_rate_windows` is locked
-    first, the claim takes at most what the window allows and records its starts, all in
-    one transaction. `fair`: rotate across fairness keys (`claim_jobs.sql`), else strict
-    priority and arrival order (`claim_jobs_fifo.sql`).
-    Without `classes` or `limits`, every class that has pending jobs is claimed from.
+    `wanted` and `total` are what may be taken now, per class and in all (a worker's free
+    slots and prefetch; default: `limits.slots` and `limits.total`). Classes with a global
+    cap take the class's advisory lock first, held until commit (in a transaction of its
+    own unless one is open). Classes with a rate lock their row of `job_rate_windows`
+    first, take at most what the window allows and record their starts, in the same
+    transaction. `limits.fair` chooses the rotation across fairness keys (`claim_jobs.sql`).
+    Without slots, every class that has pending jobs is claimed from.
     """
-    if limits is None and classes is None:
+    total = limits.total if total is None else total
+    if wanted is not None:
+        per_class = dict(wanted)
+    elif limits.slots is not None:
+        per_class = dict(limits.slots)
+    else:
         cursor = await conn.execute(_QUERIES.pending_classes)
-        classes = [str(row["concurrency_class"]) for row in await cursor.fetchall()]
-    per_class = dict(limits) if limits is not None else dict.fromkeys(classes or (), limit)
+        per_class = {str(row["concurrency_class"]): total for row in await cursor.fetchall()}
     per_class = {c: n for c, n in per_class.items() if n > 0}
-    if limit <= 0 or not per_class:
+    if total <= 0 or not per_class:
         return []
-    caps = caps or {}
-    rates = rates or {}
+    caps = limits.caps
+    rates = limits.rates
     capped = [c for c in sorted(per_class) if c in caps]
     rated = [c for c in sorted(per_class) if c in rates]
     async with _transaction(conn, needed=bool(capped or rated)):
@@ -109,14 +108,15 @@ async def claim(
                 return []
         names = sorted(per_class)
         cursor = await conn.execute(
-            _QUERIES.claim_jobs if fair else _QUERIES.claim_jobs_fifo,
+            _QUERIES.claim_jobs,
             {
                 "worker_id": worker_id,
-                "total": limit,
-                "lease_s": lease_s,
+                "total": total,
+                "lease_s": limits.lease_s,
                 "classes": names,
                 "limits": [per_class[c] for c in names],
                 "caps": [caps.get(c) for c in names],
+                "fair": limits.fair,
             },
         )
         rows = await cursor.fetchall()

@@ -1,10 +1,16 @@
-"""Enqueue: one atomic statement per conflict policy, single or bulk (DESIGN.md 3.1-3.3).
+"""Enqueue: one atomic statement per conflict action, single or bulk (DESIGN.md 3.1-3.3).
 
 `enqueue(conn, request)` and `enqueue_many(conn, requests)` take the caller's connection so a
 job can be created in the same transaction as the rows that need it: the job is invisible
 to workers until that transaction commits and disappears if it rolls back (no orphan job,
 no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
-through `INSERT ... ON CONFLICT`, never by reading first.
+through `INSERT ... ON CONFLICT`, never by reading first: `DO NOTHING` for policy ignore
+(`enqueue_ignore.sql`, no lock on the job it keeps), `DO UPDATE` for merge and supersede
+(`enqueue_update.sql`). Every statement reads the same row, the database type
+`jobrelay_job_input_v1` that `_Row.fields` encodes (`_NAMES`).
+
+Every request is first checked against the enqueue contract (`EnqueueRequest.problems`:
+ranges, delay or run time, time zones), whoever sends it; the API and the CLI only parse.
 
 Jobs without a dedupe key cannot conflict, whatever their policy: they take a plain INSERT
 with no arbiter and no read-back (`enqueue_new.sql`), or in bulk, from `COPY_MIN_ROWS` jobs
@@ -28,7 +34,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, LiteralString, cast
 
 from psycopg.copy import AsyncLibpqWriter
@@ -40,7 +46,7 @@ from jobrelay.domain.errors import FieldError, InvalidInput, Paused
 from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome, JobRole
 from jobrelay.ids import new_uuid
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.models import Enqueued, EnqueueRequest
+from jobrelay.jobs.models import Enqueued, EnqueueRequest, Job
 from jobrelay.jobs.registry import JobType, Registry, payload_dict, payload_json
 
 __all__ = ["EnqueueRequest", "Enqueuer", "enqueue"]
@@ -104,24 +110,25 @@ class _Row:
             return _COMPACT.encode(self.stored_payload())
         return self.payload_json
 
-    def as_json(self) -> dict[str, Any]:
-        """The row as the enqueue statements read it (`jsonb_to_recordset`)."""
-        return {
-            "id": str(self.id),
-            "type": self.job_type.name,
-            "payload": self.stored_payload(),
-            "dedupe_key": self.dedupe_key,
-            "revision": self.revision,
-            "source_key": self.source_key,
-            "concurrency_class": self.concurrency_class,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "delay_s": self.delay_s,
-            "parent_id": None if self.parent_id is None else str(self.parent_id),
-            "role": str(self.job_type.role),
-            "run_at": None if self.run_at is None else self.run_at.isoformat(),
-            "fairness_key": self.fairness_key,
-        }
+    def fields(self) -> tuple[Any, ...]:
+        """The row as every enqueue statement reads it, in `_NAMES` order: the one encoding
+        that the single-row parameters, the JSON document and the COPY text are built from."""
+        return (
+            self.id,
+            self.job_type.name,
+            self.stored_json(),
+            self.dedupe_key,
+            self.revision,
+            self.source_key,
+            self.concurrency_class,
+            self.priority,
+            self.max_attempts,
+            self.delay_s,
+            self.parent_id,
+            str(self.job_type.role),
+            self.run_at,
+            self.fairness_key,
+        )
 
 
 class Enqueuer:
@@ -141,7 +148,11 @@ class Enqueuer:
         self._failpoints = failpoints
 
     def prepare(self, request: EnqueueRequest, *, path: str = "") -> _Row:
-        """Validate one request; raises `InvalidInput` naming the field."""
+        """Validate one request against the enqueue contract (`EnqueueRequest.problems`),
+        then its type and payload; raises `InvalidInput` naming the fields."""
+        problems = request.problems(path)
+        if problems:
+            raise InvalidInput("invalid job", problems)
         try:
             model = self._registry.parse(request.type, request.payload)
         except InvalidInput as exc:
@@ -156,10 +167,7 @@ class Enqueuer:
         max_attempts = (
             job_type.retry.max_attempts if request.max_attempts is None else request.max_attempts
         )
-        if max_attempts < 1:
-            raise InvalidInput(
-                "invalid max attempts", [FieldError(f"{path}maxAttempts", "must be >= 1")]
-            )
+        waiting = job_type.role is JobRole.PARENT
         return _Row(
             id=new_uuid(),
             job_type=job_type,
@@ -170,10 +178,10 @@ class Enqueuer:
             concurrency_class=str(job_type.class_for(model)),
             priority=job_type.priority if request.priority is None else request.priority,
             max_attempts=max_attempts,
-            delay_s=None if job_type.role is JobRole.PARENT else max(0.0, request.delay_s),
+            delay_s=None if waiting else request.delay_s or 0.0,
             parent_id=request.parent_id,
             model=model,
-            run_at=None if job_type.role is JobRole.PARENT else _aware(request.run_at, path),
+            run_at=None if waiting else request.run_at,
             fairness_key=job_type.fairness_for(model),
             payload_json=payload_json,
         )
@@ -202,13 +210,58 @@ class Enqueuer:
             )
         return encoded.decode()
 
-    async def enqueue(self, conn: Connection, request: EnqueueRequest) -> Enqueued:
-        """Enqueue one job in the caller's connection (and transaction, if one is open)."""
+    async def enqueue(
+        self, conn: Connection, request: EnqueueRequest, *, stored: bool = False
+    ) -> Enqueued:
+        """Enqueue one job in the caller's connection (and transaction, if one is open).
+
+        `stored`: also return the stored row (`Enqueued.job`), read in the same round trip
+        as the write (a parent with children reads it after them).
+        """
         row = self.prepare(request)
         if row.job_type.on_create is None:
+            if stored:
+                return await self._write_stored(conn, row)
             return (await self._write(conn, [row]))[0]
         async with conn.transaction():
-            return (await self._write(conn, [row]))[0]
+            result = (await self._write(conn, [row]))[0]
+            if not stored:
+                return result
+            cursor = await conn.execute(_QUERIES.get_job, {"id": result.id})
+            found = await cursor.fetchone()
+        assert found is not None  # written in this transaction
+        return replace(result, job=Job.from_row(found))
+
+    async def _write_stored(self, conn: Connection, row: _Row) -> Enqueued:
+        """Write one job without children and read the job it landed in, both queued in one
+        pipeline (one round trip). Falls back to the plain write and a read by id when the
+        write must run again (its active job changed under it) or the read missed."""
+        policy = None if row.dedupe_key is None else row.job_type.policy
+        async with conn.pipeline():
+            if policy is None:
+                write = await conn.execute(_QUERIES.enqueue_one, _parameters(row))
+            else:
+                write = await conn.execute(_statement(policy), _policy_params(policy, [row]))
+            read = await conn.execute(
+                _QUERIES.get_enqueued_job,
+                {"id": row.id, "type": row.job_type.name, "dedupe_key": row.dedupe_key},
+            )
+            candidates = await read.fetchall()
+            records = [] if policy is None else await write.fetchall()
+        if policy is None:
+            _check_inserted(write.rowcount, 1)
+            result: Enqueued | None = Enqueued(row.id, EnqueueOutcome.CREATED, row.revision)
+        else:
+            inserted, by_key = _outcomes(policy, records)
+            result = inserted.get(row.id) or by_key.get((row.job_type.name, row.dedupe_key or ""))
+        if result is None:
+            result = (await self._write(conn, [row]))[0]
+        job = next((Job.from_row(c) for c in candidates if c["id"] == result.id), None)
+        if job is None or job.revision != result.revision:
+            cursor = await conn.execute(_QUERIES.get_job, {"id": result.id})
+            found = await cursor.fetchone()
+            job = None if found is None else Job.from_row(found)
+        return replace(result, job=job)
 
     async def enqueue_many(
         self, conn: Connection, requests: Sequence[EnqueueRequest]
@@ -262,7 +315,7 @@ class Enqueuer:
             and job_type.on_create is None
             and job_type.role is not JobRole.PARENT
             and request.dedupe_key is None
-            and request.delay_s <= 0.0
+            and not request.delay_s
             and request.run_at is None
         )
 
@@ -304,11 +357,11 @@ class Enqueuer:
 
     async def _write(self, conn: Connection, rows: list[_Row]) -> list[Enqueued]:
         results: dict[uuid.UUID, Enqueued] = {}
-        for (policy, merge_field), part in _groups(rows).items():
+        for (policy, _), part in _groups(rows).items():
             if policy is None:
                 results.update(await _write_new(conn, part))
             else:
-                results.update(await _write_policy(conn, policy, merge_field, part))
+                results.update(await _write_policy(conn, policy, part))
         await self._write_children(conn, rows, results)
         return [results[row.id] for row in rows]
 
@@ -332,14 +385,6 @@ class Enqueuer:
         self._failpoints.hit("batch.after_dispatch")
 
 
-def _aware(run_at: dt.datetime | None, path: str) -> dt.datetime | None:
-    if run_at is not None and run_at.utcoffset() is None:
-        raise InvalidInput(
-            "invalid run time", [FieldError(f"{path}runAt", "must have a time zone offset")]
-        )
-    return run_at
-
-
 def _groups(
     rows: list[_Row],
 ) -> dict[tuple[ConflictPolicy | None, str | None], list[_Row]]:
@@ -359,9 +404,15 @@ def _groups(
 
 
 def _document(rows: list[_Row]) -> str:
-    """One JSON document for all rows (read by jsonb_to_recordset): far cheaper to send than
-    eleven parallel arrays, which psycopg inspects element by element."""
-    return _COMPACT.encode([r.as_json() for r in rows])
+    """One JSON document for all rows (read by jsonb_populate_recordset): far cheaper to send
+    than parallel arrays, which psycopg inspects element by element. Each row's payload goes
+    in as the JSON text the size limit measured, not encoded again."""
+    objects = []
+    for r in rows:
+        values = dict(zip(_NAMES, r.fields(), strict=True))
+        payload = values.pop("payload")
+        objects.append(f'{_DOCUMENT.encode(values)[:-1]},"payload":{payload}}}')
+    return f"[{','.join(objects)}]"
 
 
 async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
@@ -375,30 +426,21 @@ async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqu
             cursor = await conn.execute(_QUERIES.enqueue_one, _parameters(rows[0]))
         else:
             cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
-        if cursor.rowcount != len(rows):
-            if cursor.rowcount == 0:
-                raise Paused(_PAUSED)
-            raise RuntimeError(f"enqueue inserted {cursor.rowcount} of {len(rows)} jobs")
+        _check_inserted(cursor.rowcount, len(rows))
     return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
+
+
+def _check_inserted(rowcount: int, expected: int) -> None:
+    """A plain insert's row count: none when enqueueing is paused, else every row."""
+    if rowcount != expected:
+        if rowcount == 0:
+            raise Paused(_PAUSED)
+        raise RuntimeError(f"enqueue inserted {rowcount} of {expected} jobs")
 
 
 def _parameters(r: _Row) -> dict[str, Any]:
     """One row as enqueue_one.sql's parameters."""
-    return {
-        "id": r.id,
-        "type": r.job_type.name,
-        "payload": r.stored_json(),
-        "revision": r.revision,
-        "source_key": r.source_key,
-        "concurrency_class": r.concurrency_class,
-        "priority": r.priority,
-        "max_attempts": r.max_attempts,
-        "run_at": r.run_at,
-        "delay_s": r.delay_s,
-        "parent_id": r.parent_id,
-        "role": str(r.job_type.role),
-        "fairness_key": r.fairness_key,
-    }
+    return dict(zip(_NAMES, r.fields(), strict=True))
 
 
 async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
@@ -423,12 +465,31 @@ async def _enqueue_paused(conn: Connection) -> bool:
 
 
 def _copy_line(r: _Row) -> str:
-    """One row of enqueue_copy.sql in COPY text format (`\\N` is NULL)."""
+    """One row of enqueue_copy.sql in COPY text format (`\\N` is NULL): `_Row.fields`, but
+    the timing fields, in their order. Unpacked into one f-string rather than looped over
+    `_NAMES`: the loop costs the bulk path a tenth of its Python time. Ids, numbers and the
+    role never need an escape."""
+    (
+        id_,
+        type_,
+        payload,
+        dedupe_key,
+        revision,
+        source_key,
+        concurrency_class,
+        priority,
+        max_attempts,
+        _delay_s,
+        parent_id,
+        role,
+        _run_at,
+        fairness_key,
+    ) = r.fields()
     return (
-        f"{r.id}\t{_copy_text(r.job_type.name)}\t{_copy_text(r.stored_json())}\t"
-        f"{r.revision}\t{_copy_text(r.source_key)}\t{_copy_text(r.concurrency_class)}\t"
-        f"{r.priority}\t{r.max_attempts}\t{_copy_text(r.parent_id)}\t"
-        f"{r.job_type.role!s}\t{_copy_text(r.fairness_key)}\n"
+        f"{id_}\t{_copy_text(type_)}\t{_copy_text(payload)}\t{_copy_text(dedupe_key)}\t"
+        f"{revision}\t{_copy_text(source_key)}\t{_copy_text(concurrency_class)}\t"
+        f"{priority}\t{max_attempts}\t{_copy_text(parent_id)}\t{role}\t"
+        f"{_copy_text(fairness_key)}\n"
     )
 
 
@@ -442,45 +503,48 @@ def _copy_text(value: object) -> str:
     return text
 
 
+# One job's fields as every enqueue statement reads them: the database type
+# jobrelay_job_input_v1 (migration 0015), in its order, that names the JSON document's keys
+# and enqueue_one.sql's parameters; enqueue_copy.sql copies them but delay_s and run_at (a
+# copied job is available at once). A new field goes here, in `_Row.fields`, `_copy_line`
+# (its unpacking fails loudly until then) and a new version of the type.
+_NAMES = (
+    "id",
+    "type",
+    "payload",
+    "dedupe_key",
+    "revision",
+    "source_key",
+    "concurrency_class",
+    "priority",
+    "max_attempts",
+    "delay_s",
+    "parent_id",
+    "role",
+    "run_at",
+    "fairness_key",
+)
+# The document's encoder: ids and run times as their text (the payload is spliced in as is).
+_DOCUMENT = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
 def _statement(policy: ConflictPolicy) -> LiteralString:
     if policy is ConflictPolicy.IGNORE:
         return _QUERIES.enqueue_ignore
-    if policy is ConflictPolicy.MERGE:
-        return _QUERIES.enqueue_merge
-    return _QUERIES.enqueue_supersede
+    return _QUERIES.enqueue_update
 
 
 async def _write_policy(
-    conn: Connection, policy: ConflictPolicy, merge_field: str | None, rows: list[_Row]
+    conn: Connection, policy: ConflictPolicy, rows: list[_Row]
 ) -> dict[uuid.UUID, Enqueued]:
     """Run the policy's statement for rows with a dedupe key; re-run it for inputs whose
     active job changed meanwhile."""
     results: dict[uuid.UUID, Enqueued] = {}
     todo = rows
     for _ in range(_ATTEMPTS):
-        params: dict[str, Any] = {"jobs": _document(todo)}
-        if policy is ConflictPolicy.MERGE:
-            params["merge_field"] = merge_field
-        cursor = await conn.execute(_statement(policy), params)
-        returned = await cursor.fetchall()
-        by_key: dict[tuple[str, str], Enqueued] = {}
-        for rec in returned:
-            kind = rec["kind"]
-            job_id = cast(uuid.UUID, rec["id"])
-            revision = cast(int, rec["revision"])
-            if kind == "paused":
-                raise Paused(_PAUSED)
-            if kind == "inserted":
-                outcome = EnqueueOutcome.CREATED
-            elif kind == "updated":
-                outcome = _UPDATED_OUTCOME[policy]
-            else:
-                outcome = EnqueueOutcome.DEDUPLICATED
-            result = Enqueued(id=job_id, outcome=outcome, revision=revision)
-            if kind == "inserted":
-                results[job_id] = result
-            if rec["dedupe_key"] is not None:
-                by_key[(str(rec["type"]), str(rec["dedupe_key"]))] = result
+        cursor = await conn.execute(_statement(policy), _policy_params(policy, todo))
+        inserted, by_key = _outcomes(policy, await cursor.fetchall())
+        results.update(inserted)
         missing: list[_Row] = []
         for row in todo:
             if row.id in results:
@@ -495,6 +559,42 @@ async def _write_policy(
             return results
         todo = missing
     raise RuntimeError(f"enqueue did not settle after {_ATTEMPTS} rounds for {len(todo)} jobs")
+
+
+def _policy_params(policy: ConflictPolicy, rows: list[_Row]) -> dict[str, Any]:
+    """The parameters of the policy's statement for `rows` (which share a merge field; None:
+    supersede, for enqueue_update.sql)."""
+    params: dict[str, Any] = {"jobs": _document(rows)}
+    if policy is not ConflictPolicy.IGNORE:
+        params["merge_field"] = (
+            rows[0].job_type.merge_field if policy is ConflictPolicy.MERGE else None
+        )
+    return params
+
+
+def _outcomes(
+    policy: ConflictPolicy, records: Sequence[Mapping[str, Any]]
+) -> tuple[dict[uuid.UUID, Enqueued], dict[tuple[str, str], Enqueued]]:
+    """A policy statement's rows as results: the jobs it inserted, by id, and the job each
+    dedupe key landed in. Raises `Paused` when enqueueing is paused."""
+    inserted: dict[uuid.UUID, Enqueued] = {}
+    by_key: dict[tuple[str, str], Enqueued] = {}
+    for rec in records:
+        kind = rec["kind"]
+        if kind == "paused":
+            raise Paused(_PAUSED)
+        if kind == "inserted":
+            outcome = EnqueueOutcome.CREATED
+        elif kind == "updated":
+            outcome = _UPDATED_OUTCOME[policy]
+        else:
+            outcome = EnqueueOutcome.DEDUPLICATED
+        result = Enqueued(cast(uuid.UUID, rec["id"]), outcome, cast(int, rec["revision"]))
+        if kind == "inserted":
+            inserted[result.id] = result
+        if rec["dedupe_key"] is not None:
+            by_key[(str(rec["type"]), str(rec["dedupe_key"]))] = result
+    return inserted, by_key
 
 
 def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:

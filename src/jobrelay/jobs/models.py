@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jobrelay.domain.errors import FieldError
 from jobrelay.domain.jobs import EnqueueOutcome, FailureKind, JobStatus
+
+# What an enqueue accepts, whoever asks (API, CLI, a handler, a schedule): the one source of
+# these numbers; the API schema documents them from here. Priority is a smallint, 0 the most
+# urgent.
+MIN_PRIORITY, MAX_PRIORITY = 0, 32767
+MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 1000
+MAX_DELAY_S = 366 * 86400  # a longer delay is a unit mistake more often than a plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,28 +143,58 @@ class Attempt:
 class EnqueueRequest:
     """One job to enqueue. Defaults come from the job type (priority, max attempts).
 
+    The enqueue contract, checked by `problems` when the request is prepared (never by the
+    callers): `priority` in MIN_PRIORITY..MAX_PRIORITY, `max_attempts` in
+    MIN_ATTEMPTS..MAX_ATTEMPTS, `delay_s` in 0..MAX_DELAY_S seconds, `run_at` zone-aware and
+    not given with `delay_s` (None: not given; no delay).
     `dedupe_key`: the key of a job whose type's rule gives none (a schedule's tick key);
     a type that defines a dedupe key keeps its own.
-    `run_at`: when the job becomes available (zone-aware; instead of `delay_s`).
+    `run_at`: when the job becomes available (a past time is now).
     """
 
     type: str
     payload: Mapping[str, Any]
     priority: int | None = None
-    delay_s: float = 0.0
+    delay_s: float | None = None
     max_attempts: int | None = None
     parent_id: uuid.UUID | None = None
     dedupe_key: str | None = None
     run_at: dt.datetime | None = None
 
+    def problems(self, path: str = "") -> list[FieldError]:
+        """What breaks the enqueue contract, each named by its field's path on the wire
+        (camelCase, after `path`, e.g. `3.` in a bulk call); empty when nothing does."""
+        errors: list[FieldError] = []
+        if self.priority is not None and not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            errors.append(
+                FieldError(f"{path}priority", f"must be between {MIN_PRIORITY} and {MAX_PRIORITY}")
+            )
+        if self.run_at is not None and self.delay_s is not None:
+            errors.append(FieldError(f"{path}delay", "give a run time or a delay, not both"))
+        if self.delay_s is not None and not 0 <= self.delay_s <= MAX_DELAY_S:
+            errors.append(FieldError(f"{path}delay", "must be between 0 and one year (in seconds)"))
+        if self.run_at is not None and self.run_at.utcoffset() is None:
+            errors.append(FieldError(f"{path}runAt", "must have a time zone offset"))
+        if self.max_attempts is not None and not (
+            MIN_ATTEMPTS <= self.max_attempts <= MAX_ATTEMPTS
+        ):
+            errors.append(
+                FieldError(
+                    f"{path}maxAttempts", f"must be between {MIN_ATTEMPTS} and {MAX_ATTEMPTS}"
+                )
+            )
+        return errors
+
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """The job an enqueue landed in and what happened to it."""
+    """The job an enqueue landed in and what happened to it; `job`, the stored row, when
+    the caller asked for it (`Enqueuer.enqueue(..., stored=True)`)."""
 
     id: uuid.UUID
     outcome: EnqueueOutcome
     revision: int
+    job: Job | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,12 +28,11 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
 
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs_config import Rate
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.completer import count_lost
 from jobrelay.jobs.executor import Executor, Run
@@ -57,14 +56,14 @@ class Producer:
         *,
         pool: AsyncConnectionPool[Connection],
         config: WorkerConfig,
-        rates: Mapping[str, Rate],
+        limits: QueueLimits,
         executor: Executor,
         stats: WorkerStats,
         metrics: WorkerMetrics,
     ) -> None:
         self.config = config
         self._slots = config.class_slots
-        self._rates = rates
+        self._limits = limits  # what every claim of this worker obeys, fixed for its life
         self._executor = executor
         self._stats = stats
         self._metrics = metrics
@@ -187,14 +186,7 @@ class Producer:
         started = time.perf_counter()
         async with self.claim_pool.connection() as conn:
             jobs = await claims.claim(
-                conn,
-                worker_id=self.worker_id,
-                limit=total,
-                limits=limits,
-                caps=self.config.global_caps,
-                rates=self._rates,
-                fair=self.config.fair_claims,
-                lease_s=self.config.lease_s,
+                conn, self._limits, worker_id=self.worker_id, wanted=limits, total=total
             )
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         return jobs

@@ -97,12 +97,15 @@ class JobsService:
     # The workers' JOBRELAY_JOBS_GLOBAL_CAPS, for diagnoses (the database does not hold them).
     global_caps: Mapping[str, int] = field(default_factory=dict)
 
-    async def enqueue(self, request: EnqueueRequest, *, conn: Connection | None = None) -> Enqueued:
-        """Enqueue one job; pass `conn` to make it part of the caller's transaction."""
+    async def enqueue(
+        self, request: EnqueueRequest, *, conn: Connection | None = None, stored: bool = False
+    ) -> Enqueued:
+        """Enqueue one job; pass `conn` to make it part of the caller's transaction, `stored`
+        to get the stored row back in `Enqueued.job` (from the same round trip)."""
         if conn is not None:
-            return await self.enqueuer.enqueue(conn, request)
+            return await self.enqueuer.enqueue(conn, request, stored=stored)
         async with self.pool.connection() as own:
-            return await self.enqueuer.enqueue(own, request)
+            return await self.enqueuer.enqueue(own, request, stored=stored)
 
     async def enqueue_many(
         self, requests: Sequence[EnqueueRequest], *, conn: Connection | None = None

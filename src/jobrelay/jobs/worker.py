@@ -44,7 +44,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs_config import DEFAULT_CLASS
+from jobrelay.domain.jobs_config import DEFAULT_CLASS, QueueLimits
 from jobrelay.jobs import presence
 from jobrelay.jobs.completer import Completer
 from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
@@ -117,11 +117,19 @@ class Worker:
             stats=self.stats,
             metrics=self.metrics,
         )
-        rates = {**registry.rates, **config.rates}
+        # What every claim of this worker obeys, resolved once for its life.
+        limits = QueueLimits(
+            lease_s=config.lease_s,
+            total=config.total_slots,
+            slots=config.class_slots,
+            caps=config.global_caps,
+            rates={**registry.rates, **config.rates},
+            fair=config.fair_claims,
+        )
         self.producer = Producer(
             pool=pool,
             config=config,
-            rates=rates,
+            limits=limits,
             executor=self.executor,
             stats=self.stats,
             metrics=self.metrics,

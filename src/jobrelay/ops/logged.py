@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection, transaction
+from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.ids import new_uuid
 from jobrelay.jobs.claims import claim
 from jobrelay.ops.control import SQL, control_status
@@ -60,7 +61,7 @@ async def default_claim_check(conn: Connection) -> bool:
             SQL.set_pause, {"claims": False, "enqueue": False, "reason": None, "actor": "ops"}
         )
         await conn.execute(SQL.verify_claim_insert, {"id": job_id})
-        claimed = await claim(conn, worker_id="ops-verify", limit=1, lease_s=30)
+        claimed = await claim(conn, QueueLimits(lease_s=30, total=1), worker_id="ops-verify")
     return [job.id for job in claimed] == [job_id]
 
 

@@ -16,7 +16,7 @@ from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs import EnqueueOutcome
 from jobrelay.jobs.diagnosis import Diagnosis, Reason
 from jobrelay.jobs.enqueue import EnqueueRequest
-from jobrelay.jobs.models import Attempt, Job, JobFilter
+from jobrelay.jobs.models import MAX_DELAY_S, Attempt, Job, JobFilter
 
 router = APIRouter(tags=["jobs"])
 
@@ -202,37 +202,38 @@ class MediaStatusPage(ApiModel):
     items: list[MediaStatusOut]
 
 
-_MAX_DELAY_S = 366 * 86400
-
-
-def _check_ranges(body: JobIn) -> None:
+def _request(body: JobIn) -> EnqueueRequest:
+    """The body as the engine's request, which checks the enqueue contract. Two checks stay
+    here because they are about the wire: `delaySeconds` is the former name of `delay`
+    (one of the two), and a run time at most one year ahead, the bound of `delay` (a caller
+    of the engine itself, such as the CLI, may schedule later)."""
     errors: list[FieldError] = []
-    if body.priority is not None and not 0 <= body.priority <= 32767:
-        errors.append(FieldError("priority", "must be between 0 and 32767"))
-    given = [
-        name
-        for name, value in (
-            ("runAt", body.run_at),
-            ("delay", body.delay),
-            ("delaySeconds", body.delay_seconds),
-        )
-        if value is not None
-    ]
-    if len(given) > 1:
+    if body.delay is not None and body.delay_seconds is not None and body.run_at is None:
         errors.append(
-            FieldError(given[1], f"give one of runAt and delay, not {' and '.join(given)}")
+            FieldError("delaySeconds", "give one of runAt and delay, not delay and delaySeconds")
         )
-    for name, delay in (("delay", body.delay), ("delaySeconds", body.delay_seconds)):
-        if delay is not None and not 0 <= delay <= _MAX_DELAY_S:
-            errors.append(FieldError(name, "must be between 0 and one year (in seconds)"))
     if body.run_at is not None:
         ahead = body.run_at - dt.datetime.now(dt.UTC)  # a bound only; the database sets the time
-        if ahead > dt.timedelta(seconds=_MAX_DELAY_S):
+        if ahead > dt.timedelta(seconds=MAX_DELAY_S):
             errors.append(FieldError("runAt", "must be at most one year ahead"))
-    if body.max_attempts is not None and not 1 <= body.max_attempts <= 1000:
-        errors.append(FieldError("maxAttempts", "must be between 1 and 1000"))
     if errors:
         raise InvalidInput("invalid job", errors)
+    return EnqueueRequest(
+        type=body.type,
+        payload=body.payload,
+        priority=body.priority,
+        delay_s=body.delay if body.delay is not None else body.delay_seconds,
+        run_at=body.run_at,
+        max_attempts=body.max_attempts,
+    )
+
+
+def _as_sent(exc: InvalidInput, body: JobIn) -> InvalidInput:
+    """The engine's errors named as the body named the field (`delaySeconds`, if used)."""
+    if body.delay is not None or body.delay_seconds is None:
+        return exc
+    errors = [FieldError("delaySeconds", e.message) if e.path == "delay" else e for e in exc.errors]
+    return InvalidInput(exc.detail, errors)
 
 
 @router.post(
@@ -246,20 +247,14 @@ def _check_ranges(body: JobIn) -> None:
 async def enqueue_job(
     body: JobIn, _: AdminDep, services: ServicesDep, response: Response
 ) -> EnqueuedOut:
-    _check_ranges(body)
-    result = await services.jobs.enqueue(
-        EnqueueRequest(
-            type=body.type,
-            payload=body.payload,
-            priority=body.priority,
-            delay_s=body.delay or body.delay_seconds or 0.0,
-            run_at=body.run_at,
-            max_attempts=body.max_attempts,
-        )
-    )
+    try:
+        result = await services.jobs.enqueue(_request(body), stored=True)
+    except InvalidInput as exc:
+        raise _as_sent(exc, body) from None
     if result.outcome is not EnqueueOutcome.CREATED:
         response.status_code = status.HTTP_200_OK
-    job = await services.jobs.get(result.id)
+    # The stored row came with the write; read again only if the job was gone by then.
+    job = result.job or await services.jobs.get(result.id)
     return EnqueuedOut(
         id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(job)
     )

@@ -168,25 +168,31 @@ def enqueue_command(
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise InvalidInput("payload is not JSON", [FieldError("payload", str(exc))]) from exc
-    if delay < 0:
-        raise InvalidInput(
-            f"invalid --delay {delay}: must be >= 0", [FieldError("--delay", ">= 0")]
-        )
-    when = _run_at(run_at) if run_at is not None else None
-    if when is not None and delay:
-        raise InvalidInput(
-            "give --run-at or --delay, not both", [FieldError("--run-at", "not with --delay")]
-        )
     request = EnqueueRequest(
         type=job_type,
         payload=data,
         priority=priority,
-        delay_s=delay,
-        run_at=when,
+        delay_s=delay or None,  # 0, the option's default, is no delay: --run-at may be given
+        run_at=_run_at(run_at) if run_at is not None else None,
         max_attempts=max_attempts,
     )
+    # The engine's contract, checked before the database starts, named by the options.
+    problems = request.problems()
+    if problems:
+        raise InvalidInput(
+            "invalid job", [FieldError(_OPTIONS.get(e.path, e.path), e.message) for e in problems]
+        )
     result = _with_services(lambda s: s.jobs.enqueue(request), app)
     _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
+
+
+# The enqueue contract's fields (`EnqueueRequest.problems`) as `jobs enqueue` options.
+_OPTIONS = {
+    "priority": "--priority",
+    "delay": "--delay",
+    "runAt": "--run-at",
+    "maxAttempts": "--max-attempts",
+}
 
 
 def _time(text: str | None, option: str) -> dt.datetime | None:

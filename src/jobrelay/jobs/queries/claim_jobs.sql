@@ -1,7 +1,8 @@
 -- Claim jobs for one worker in one statement (DESIGN.md 3, invariants 4, 10, 11, 13):
 -- up to %(limits)s[i] jobs of class %(classes)s[i] and %(total)s in all, by priority, then
 -- fairly across fairness keys, then by available_at, id; nothing while claims are paused.
--- (claim_jobs_fifo.sql is the same claim without fairness: JOBRELAY_WORKER_FAIR_CLAIMS=false.)
+-- %(fair)s false (JOBRELAY_WORKER_FAIR_CLAIMS=false) skips the fairness keys: every class is
+-- then claimed as a class without keys is, by priority, available_at, id.
 --
 -- * Fairness (issue 17): jobs without a source key are grouped by jobs.fairness_key (NULL is
 --   one group). The keys with pending work come from a skip scan of jobs_pending_fair_idx;
@@ -14,7 +15,7 @@
 --   single key costs no contention). Priority still wins across priorities. The heads of
 --   sources (serialized jobs) have level 1 and draw 0. A class with no key pending (every job
 --   NULL, the default) skips all of this: its jobs have level 1 and draw 0 too, so they are
---   taken exactly as claim_jobs_fifo.sql takes them (priority, available_at, id).
+--   taken in strict (priority, available_at, id) order, as with %(fair)s false.
 -- * Row locks: each candidate set is a LIMIT ... FOR NO KEY UPDATE SKIP LOCKED inside a
 --   MATERIALIZED CTE, so exactly the locked rows are claimed (a LIMIT inside
 --   `IN (subquery ... SKIP LOCKED)` may be re-evaluated and claim more than asked), and a
@@ -98,7 +99,8 @@ heads AS (
 fair_keys AS (
     -- Every fairness key with a pending job without source key, per wanted class: a skip
     -- scan of jobs_pending_fair_idx (one index probe per key). The last row of each class
-    -- has a NULL key and stands for the group of jobs without a key.
+    -- has a NULL key and stands for the group of jobs without a key. Without %(fair)s no
+    -- class has keys (a one-time filter: the generic plan skips the scan).
     SELECT
         wanted.cls,
         (
@@ -109,6 +111,7 @@ fair_keys AS (
                 AND j.concurrency_class = wanted.cls
         ) AS fairness_key
     FROM wanted
+    WHERE %(fair)s::boolean
     UNION ALL
     SELECT
         fair_keys.cls,
@@ -125,8 +128,7 @@ fair_keys AS (
 ),
 keyed AS (
     -- Classes with at least one fairness key pending. A class without (every job NULL: a
-    -- single group, the default) skips the fairness work and is claimed as by
-    -- claim_jobs_fifo.sql.
+    -- single group, the default) skips the fairness work and is claimed in strict order.
     SELECT DISTINCT fair_keys.cls
     FROM fair_keys
     WHERE fair_keys.fairness_key IS NOT NULL

@@ -1,6 +1,7 @@
 -- Enqueue jobs whose type keeps the existing active job on a dedupe conflict (policy ignore).
 -- One atomic statement: the ON CONFLICT target repeats the predicate of the partial unique
--- index jobs_active_dedupe_key, so the index is the arbiter (never read-then-insert).
+-- index jobs_active_dedupe_key, so the index is the arbiter (never read-then-insert), and
+-- DO NOTHING takes no lock on the active job (enqueue_update.sql's DO UPDATE would).
 -- Rows: `inserted` for a new job, `existing` for the active job that already held the key,
 -- `paused` when enqueueing is paused. An input missing from the result raced a concurrent
 -- change of the active job; the caller runs it again.
@@ -8,13 +9,7 @@ WITH control AS (
     SELECT enqueue_paused FROM jobs_control
 ),
 input AS (
-    SELECT *
-    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS t (
-        id uuid, type text, payload jsonb, dedupe_key text, revision bigint, source_key text,
-        concurrency_class text, priority smallint, max_attempts integer, delay_s float8,
-        parent_id uuid, role text,
-        run_at timestamptz, fairness_key text
-    )
+    SELECT * FROM jsonb_populate_recordset(NULL::jobrelay_job_input_v1, %(jobs)s::jsonb)
 ),
 written AS (
     INSERT INTO jobs (
@@ -23,15 +18,8 @@ written AS (
     )
     SELECT
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts,
-        -- a NULL delay: a parent waiting for its children, never claimed (the end of time,
-        -- not 'infinity', which Python's datetime cannot hold)
-        coalesce(
-            run_at,  -- a job asked for at a time (runAt), else now plus the delay
-            clock_timestamp() + make_interval(secs => delay_s),
-            '9999-12-31 00:00:00+00'
-        ),
-        parent_id, role, fairness_key
+        max_attempts, jobrelay_job_available_at_v1(run_at, delay_s), parent_id, role,
+        fairness_key
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)
