@@ -13,8 +13,9 @@ import asyncio
 from psycopg import sql
 
 from bench.batches_common import environment, summary, timed
+from jobrelay.batches.counts import batch_counts, recount_batch
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.service import _SQL, BatchService, batch_counts, recount_batch
+from jobrelay.batches.service import _SQL, BatchService
 
 
 async def main() -> None:

@@ -18,14 +18,11 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.batches.counts import batch_counts, recount_batch
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.service import (
-    BatchService,
-    batch_counts,
-    fail_children,
-    recount_batch,
-    retry_on_deadlock,
-)
+from jobrelay.batches.outbox import fail_children
+from jobrelay.batches.service import BatchService
+from jobrelay.db.deadlock import retry_on_deadlock
 from jobrelay.db.pool import Connection, open_pool, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, NotFound

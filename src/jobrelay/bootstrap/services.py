@@ -15,6 +15,7 @@ from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssue
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
+from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import BatchService
 from jobrelay.bootstrap.database import through_transaction_pooler
@@ -96,7 +97,9 @@ async def build_services(
     )
     issuer = local_issuer(settings) if settings.auth_mode == "local" else None
     aws = endpoint or aws_endpoint(settings)
-    jobs = jobs_service(settings, pool, aws)
+    # One SQS client for the Code2WF dispatch of this process, opened on its first send.
+    sender = SqsSender(aws, queue_name=settings.sqs_queue_name)
+    jobs = jobs_service(settings, pool, sender)
     tenancy = Tenancy(pool)
     try:
         yield Services(
@@ -115,6 +118,7 @@ async def build_services(
             local_issuer=issuer,
         )
     finally:
+        await sender.aclose()
         await pool.close()
 
 

@@ -13,12 +13,12 @@ the generations such jobs left processing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from pydantic import Field
 
+from jobrelay.aws.sender import MessageSender, OutgoingMessage
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import Complete, Outcome, Retry
@@ -31,9 +31,6 @@ from jobrelay.protocol import Code2WfMessage
 _SQL = Queries("jobrelay.generations")
 
 TYPE = "code2wf.dispatch"
-
-# Sends one message body to the work queue and returns its message id.
-MessageSender = Callable[[str], Awaitable[str]]
 
 
 class Code2WfDispatch(JobPayload):
@@ -67,16 +64,24 @@ def job_types(send: MessageSender | None = None, *, retry: RetryPolicy = DEFAULT
         if not row["page_import_result_url"]:
             return _give_up(code2wf_id, "the page import has no result to build from")
         message = _message(row)
+        outgoing = OutgoingMessage(
+            item_id=code2wf_id, child_id=code2wf_id, attempt=None, body=message.model_dump_json()
+        )
         try:
-            message_id = await send(message.model_dump_json())
+            result = await send.send_batch([outgoing])
         except Exception as exc:
-            reason = f"sending to SQS failed: {type(exc).__name__}"
-            if ctx.job.attempt_count >= ctx.job.max_attempts:
-                return _give_up(
-                    code2wf_id, f"dispatch failed after {ctx.job.attempt_count} attempts ({reason})"
-                )
-            return Retry(reason)
-        return Complete(result={"dispatched": True, "messageId": message_id})
+            failure = type(exc).__name__  # the class only: the row keeps a safe message
+        else:
+            message_id = result.accepted.get(code2wf_id)
+            if message_id is not None:
+                return Complete(result={"dispatched": True, "messageId": message_id})
+            failure = "rejected by SQS"
+        reason = f"sending to SQS failed: {failure}"
+        if ctx.job.attempt_count >= ctx.job.max_attempts:
+            return _give_up(
+                code2wf_id, f"dispatch failed after {ctx.job.attempt_count} attempts ({reason})"
+            )
+        return Retry(reason)
 
     group.sweep("code2wf.orphans", every_s=ORPHAN_SWEEP_INTERVAL_S)(_fail_orphans)
     return group
