@@ -44,8 +44,8 @@ from jobrelay.auth.local_issuer import LocalIssuer
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.batches.counts import recount_batch
 from jobrelay.batches.outbox import settle_cancels
+from jobrelay.children.outcomes import PAGE_IMPORT
 from jobrelay.db.pool import transaction
-from jobrelay.generations.children import PAGE_IMPORT
 from jobrelay.protocol import WorkerOutcome
 
 SUB = "bench"

@@ -3,7 +3,7 @@ recounts them from every item and child."""
 
 from __future__ import annotations
 
-from psycopg import sql
+from typing import LiteralString
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
@@ -12,7 +12,11 @@ from jobrelay.domain.batch_status import BatchCounts
 _SQL = Queries("jobrelay.batches")
 
 COUNT_FIELDS = ("total", "queued", "running", "completed", "failed", "cancelled")
-_CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
+# The recount of a batch, one statement per child table.
+_RECOUNT: dict[str, LiteralString] = {
+    "page_import": _SQL.batch_counts_page_import,
+    "code2des": _SQL.batch_counts_code2des,
+}
 
 
 async def batch_counts(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
@@ -29,8 +33,7 @@ async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> Bat
     """The checker: the counts of one batch recounted from every item and child (cost grows
     with the batch); call inside a transaction (the merge-join planner settings are local to
     it). The kept counts must always equal this."""
-    query = sql.SQL(_SQL.batch_counts).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
     await conn.execute(_SQL.merge_join_only)
-    row = await (await conn.execute(query, {"batch_id": batch_id})).fetchone()
+    row = await (await conn.execute(_RECOUNT[batch_type], {"batch_id": batch_id})).fetchone()
     assert row is not None
     return BatchCounts(**{k: int(str(v)) for k, v in row.items()})

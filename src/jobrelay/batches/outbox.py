@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, LiteralString
 
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.aws.sender import OutgoingMessage
+from jobrelay.children import batch as children
+from jobrelay.children.views import batch_child_kind
 from jobrelay.db.deadlock import retry_on_deadlock
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
@@ -33,7 +34,11 @@ from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
 _SQL = Queries("jobrelay.batches")
 
 LEASE_EXPIRED_ERROR = "the dispatch lease expired on the last attempt without a recorded send"
-_CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
+# The items of a batch's cancelled children, one statement per child table.
+_CANCEL_ITEMS: dict[str, LiteralString] = {
+    "page_import": _SQL.cancel_items_page_import,
+    "code2des": _SQL.cancel_items_code2des,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,16 +210,14 @@ async def sweep_expired(
 async def fail_children(conn: Connection, failed_items: Sequence[Any], *, actor: str) -> None:
     """Fail the processing children of items that just failed for good (the rows
     `fail_items.sql` or `sweep_expired.sql` returned: `job_id`, `error_message`), in the
-    caller's transaction, as a statement of its own (see `fail_children.sql`)."""
-    if not failed_items:
-        return
-    await conn.execute(
-        _SQL.fail_children,
-        {
-            "job_ids": [str(r["job_id"]) for r in failed_items],
-            "errors": [str(r["error_message"]) for r in failed_items],
-            "actor": actor,
-        },
+    caller's transaction, as a statement of its own (`jobrelay.children.batch`)."""
+    await children.fail_batch_children(
+        conn,
+        [
+            children.ChildFailure(child_id=str(r["job_id"]), error=str(r["error_message"]))
+            for r in failed_items
+        ],
+        actor=actor,
     )
 
 
@@ -238,19 +241,8 @@ async def cancel_rest(conn: Connection, batch_id: str, batch_type: str, *, actor
     """Cancel every processing child of the batch, then the items of its cancelled children
     (two statements: see the module docstring), in the caller's transaction. Used by a
     cancel, a soft delete and the last step of a background cancel."""
-    params = {"batch_id": batch_id, "actor": actor}
-    await conn.execute(_SQL.cancel_children, params)
-    await conn.execute(_cancel_items(batch_type), params)
-
-
-def _settle_children(child_table: str) -> sql.Composed:
-    """`settle_cancel_children.sql` bound to a child table."""
-    return sql.SQL(_SQL.settle_cancel_children).format(child=sql.Identifier(child_table))
-
-
-def _cancel_items(batch_type: str) -> sql.Composed:
-    """`cancel_items.sql` bound to the batch's child table."""
-    return sql.SQL(_SQL.cancel_items).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
+    await children.cancel_batch_children(conn, batch_id, actor=actor)
+    await conn.execute(_CANCEL_ITEMS[batch_type], {"batch_id": batch_id, "actor": actor})
 
 
 async def _settle_step(
@@ -262,16 +254,18 @@ async def _settle_step(
         row = await (await conn.execute(_SQL.settle_cancel_next)).fetchone()
         if row is None:
             return None
-        batch_id, child = str(row["id"]), _CHILD_TABLES[str(row["type"])]
-        params: dict[str, Any] = {"batch_id": batch_id, "actor": actor, "limit": step}
-        children = await (await conn.execute(_settle_children(child), params)).fetchall()
-        if children:
-            params["child_ids"] = [str(c["id"]) for c in children]
+        batch_id, kind = str(row["id"]), batch_child_kind(str(row["type"]))
+        cancelled = await children.settle_cancel_children(
+            conn, kind, batch_id, actor=actor, limit=step
+        )
+        params: dict[str, Any] = {"batch_id": batch_id, "actor": actor}
+        if cancelled:
+            params["child_ids"] = cancelled
             await conn.execute(_SQL.settle_cancel_items, params)
-            return len(children)
+            return len(cancelled)
         # None left unlocked: the last ones (waiting for a webhook that holds one, which
         # ends it or not), then the items of children a webhook ended cancelled meanwhile
         # (finish_*.sql), and the cancel is settled.
-        await cancel_rest(conn, batch_id, str(row["type"]), actor=actor)
+        await cancel_rest(conn, batch_id, kind, actor=actor)
         await conn.execute(_SQL.settle_cancel_done, params)
         return 0

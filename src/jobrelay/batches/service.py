@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.batches.counts import COUNT_FIELDS, batch_counts
 from jobrelay.batches.creation import BatchLimits, insert_batch, prepare_batch
 from jobrelay.batches.outbox import cancel_rest
+from jobrelay.children.batch import delete_batch_children
 from jobrelay.db.deadlock import retry_on_deadlock
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
@@ -252,5 +253,6 @@ class BatchService:
                     raise NotFound("batch not found")
                 await cancel_rest(conn, batch_id, str(row["type"]), actor=actor)
                 await conn.execute(_SQL.delete_batch, {"batch_id": batch_id, "actor": actor})
+                await delete_batch_children(conn, batch_id, actor=actor)
 
         await retry_on_deadlock(work)

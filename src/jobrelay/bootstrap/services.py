@@ -22,11 +22,11 @@ from jobrelay.bootstrap.database import through_transaction_pooler
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
+from jobrelay.children.service import ChildService
 from jobrelay.console import ConsoleService
 from jobrelay.content.service import MediaService
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.errors import NotFound
-from jobrelay.generations.children import ChildService
 from jobrelay.generations.code2wf import Code2WfService
 from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.jobs.service import JobsService
