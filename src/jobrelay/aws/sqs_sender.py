@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
 
 class SqsSender:
     """Sends to one queue, named by `queue_name` or `queue_url` (exactly one), over one
-    client; `config` overrides the endpoint's client settings (the relay bounds the calls in
-    flight with `max_pool_connections`)."""
+    client. `max_connections` sizes the client's HTTP pool (one connection per call in
+    flight: the relay's `max_in_flight`); `config` overrides other client settings."""
 
     def __init__(
         self,
@@ -35,6 +35,7 @@ class SqsSender:
         *,
         queue_name: str | None = None,
         queue_url: str | None = None,
+        max_connections: int | None = None,
         config: AioConfig | None = None,
     ) -> None:
         if (queue_name is None) == (queue_url is None):
@@ -42,6 +43,9 @@ class SqsSender:
         self._endpoint = endpoint
         self._queue_name = queue_name
         self._queue_url = queue_url
+        if max_connections is not None:
+            pool = AioConfig(max_pool_connections=max_connections)
+            config = pool if config is None else config.merge(pool)
         self._config = config
         self._client: SQSClient | None = None
         self._resources = AsyncExitStack()

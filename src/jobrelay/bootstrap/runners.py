@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import prometheus_client
-from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
@@ -84,9 +83,7 @@ async def run_relay(
         idle_in_transaction_timeout_s=settings.db_idle_in_transaction_timeout_s,
     )
     sender = SqsSender(
-        endpoint,
-        queue_name=settings.sqs_queue_name,
-        config=AioConfig(max_pool_connections=config.max_in_flight),
+        endpoint, queue_name=settings.sqs_queue_name, max_connections=config.max_in_flight
     )
     try:
         async with sender:
