@@ -13,8 +13,9 @@ import asyncio
 from psycopg import sql
 
 from bench.batches_common import environment, summary, timed
+from jobrelay.batches.counts import batch_counts, recount_batch
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.service import _SQL, BatchService, batch_counts, recount_batch
+from jobrelay.batches.service import _SQL, BatchService
 
 
 async def main() -> None:
@@ -65,9 +66,7 @@ async def main() -> None:
 
         async with env.pool.connection() as conn, conn.transaction():
             await conn.execute(_SQL.merge_join_only)
-            query = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) " + _SQL.batch_counts).format(
-                child=sql.Identifier("page_import")
-            )
+            query = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) " + _SQL.batch_counts_page_import)
             plan = await (await conn.execute(query, {"batch_id": view.id})).fetchall()
         print("\n".join(str(r["QUERY PLAN"]) for r in plan))
 

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 from bench.batches_common import environment
 from jobrelay.auth.tenancy import Tenancy
+from jobrelay.aws.sender import OutgoingMessage, SendResult
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.relay import OutgoingMessage, Relay, RelayConfig
+from jobrelay.batches.relay import Relay, RelayConfig
 from jobrelay.batches.service import BatchService
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
@@ -26,8 +27,8 @@ _SQL = Queries("jobrelay.batches")
 
 
 class Accepts:
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
-        return {}
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+        return SendResult(accepted={m.item_id: m.item_id for m in messages})
 
 
 async def main() -> None:

@@ -42,9 +42,10 @@ from bench.batches_common import Env, environment
 from bench.scale import RunInfo
 from jobrelay.auth.local_issuer import LocalIssuer
 from jobrelay.auth.tenancy import Tenancy
-from jobrelay.batches.service import recount_batch, settle_cancels
+from jobrelay.batches.counts import recount_batch
+from jobrelay.batches.outbox import settle_cancels
+from jobrelay.children.outcomes import PAGE_IMPORT
 from jobrelay.db.pool import transaction
-from jobrelay.generations.children import PAGE_IMPORT
 from jobrelay.protocol import WorkerOutcome
 
 SUB = "bench"

@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.aws.clients import AwsEndpoint, sqs_client
-from jobrelay.batches.relay import Relay, RelayConfig, SqsSender
+from jobrelay.aws.clients import AwsEndpoint
+from jobrelay.aws.sqs_sender import SqsSender
+from jobrelay.batches.relay import Relay, RelayConfig
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources
@@ -39,12 +40,8 @@ async def test_api_writes_carry_the_sub_and_backend_writes_their_actor(
             ("alice-sub-7f3a", "alice-sub-7f3a")
         }, table
 
-    async with sqs_client(aws) as sqs:
-        relay = Relay(
-            pool=pool,
-            sender=SqsSender(sqs, aws_resources.queues.work),
-            config=RelayConfig(poll_interval_s=0.05),
-        )
+    async with SqsSender(aws, queue_url=aws_resources.queues.work) as sqs:
+        relay = Relay(pool=pool, sender=sqs, config=RelayConfig(poll_interval_s=0.05))
         await relay.run_once()
     assert {r["updated_by"] for r in _audit(db_dsn, "batch_item")} == {"relay"}
 

@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.aws.clients import AwsEndpoint, sqs_client
-from jobrelay.batches.relay import OutgoingMessage, Relay, RelayConfig, SqsSender
-from jobrelay.batches.service import _settle_step, recount_batch, settle_cancels
+from jobrelay.aws.clients import AwsEndpoint
+from jobrelay.aws.sender import OutgoingMessage, SendResult
+from jobrelay.aws.sqs_sender import SqsSender
+from jobrelay.batches.counts import recount_batch
+from jobrelay.batches.outbox import _settle_step, settle_cancels
+from jobrelay.batches.relay import Relay, RelayConfig
 from jobrelay.db.pool import Connection, open_pool, transaction
 from jobrelay.domain.batch_status import BatchCounts
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
@@ -35,7 +38,7 @@ async def small_inline_api(db_dsn: str, issuer_dir: Path) -> AsyncIterator[ApiHa
 
 
 class Refuse:
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
         raise AssertionError("nothing of a cancelled batch may be sent")
 
 
@@ -62,8 +65,8 @@ async def test_a_large_cancel_answers_at_once_and_the_relay_settles_it(
     queue = aws_resources.queues.work
     scope = await api.tenant("alice")
     batch = await create_batch(api, scope, page_items(300))
-    async with sqs_client(aws) as sqs:
-        sending = Relay(pool=pool, sender=SqsSender(sqs, queue), config=RelayConfig(claim_size=100))
+    async with SqsSender(aws, queue_url=queue) as sqs:
+        sending = Relay(pool=pool, sender=sqs, config=RelayConfig(claim_size=100))
         assert (await sending.run_once()).sent == 100
     sent = await fetch(
         pool,

@@ -1,5 +1,5 @@
 """Property: the counts kept by the count triggers (migration 0012) always equal a full
-recount of the items and children (`batch_counts.sql`, the checker), whatever mix of
+recount of the items and children (`batch_counts_*.sql`, the checker), whatever mix of
 creates, relay claims/sends/retries/final failures, lease-expiry sweeps, webhooks, cancels,
 deletes and folds runs concurrently on independent connections.
 
@@ -18,18 +18,15 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.batches.counts import batch_counts, recount_batch
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.service import (
-    BatchService,
-    batch_counts,
-    fail_children,
-    recount_batch,
-    retry_on_deadlock,
-)
+from jobrelay.batches.outbox import fail_children
+from jobrelay.batches.service import BatchService
+from jobrelay.children.outcomes import PAGE_IMPORT
+from jobrelay.db.deadlock import retry_on_deadlock
 from jobrelay.db.pool import Connection, open_pool, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, NotFound
-from jobrelay.generations.children import PAGE_IMPORT
 from jobrelay.protocol import WorkerOutcome
 
 _SQL = Queries("jobrelay.batches")

@@ -5,19 +5,21 @@ discovery, result download, materialization, soft delete."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiobotocore.session import AioSession
 
 from jobrelay import content
-from jobrelay.aws.clients import AwsEndpoint, QueueSender, s3_client
+from jobrelay.aws.clients import AwsEndpoint, s3_client
+from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
+from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.generations import code2wf_dispatch
 from jobrelay.generations.code2wf import Code2WfService, NewGeneration, fail_orphaned_generations
-from jobrelay.generations.code2wf_dispatch import MessageSender
 from jobrelay.jobs.worker import Worker, WorkerConfig
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources, api_harness
@@ -43,9 +45,9 @@ async def api(
 async def dispatching(api: ApiHarness, send: MessageSender | None = None) -> AsyncIterator[None]:
     """A jobs worker whose Code2WF dispatch sends with `send` (default: the test queue)."""
     settings = api.services.settings
-    sender = send or QueueSender(api.services.aws, settings.sqs.queue_name)
+    queue = SqsSender(api.services.aws, queue_name=settings.sqs.queue_name)
     group = content.job_types()
-    group.include(code2wf_dispatch.job_types(sender, retry=FAST_RETRY))
+    group.include(code2wf_dispatch.job_types(send or queue, retry=FAST_RETRY))
     registry = group.registry()
     worker = Worker(
         pool=api.services.pool,
@@ -57,6 +59,7 @@ async def dispatching(api: ApiHarness, send: MessageSender | None = None) -> Asy
         yield
     finally:
         await worker.stop()
+        await queue.aclose()
 
 
 async def completed_page_import(api: ApiHarness, sub: str = "alice") -> tuple[Any, str]:
@@ -200,10 +203,11 @@ async def test_dispatch_failing_until_retries_are_used_up_fails_the_row(api: Api
     scope, page_import_id = await completed_page_import(api)
     sends = 0
 
-    async def unavailable(body: str) -> str:
-        nonlocal sends
-        sends += 1
-        raise ConnectionError("SQS is down")
+    class Unavailable:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+            nonlocal sends
+            sends += 1
+            raise ConnectionError("SQS is down")
 
     failed_id = (
         await api.client.post(
@@ -212,7 +216,7 @@ async def test_dispatch_failing_until_retries_are_used_up_fails_the_row(api: Api
             headers=api.headers("alice"),
         )
     ).json()["code2wfId"]
-    async with dispatching(api, unavailable):
+    async with dispatching(api, Unavailable()):
 
         async def failed() -> dict[str, Any] | None:
             row = await generation(api, failed_id)
@@ -417,3 +421,43 @@ async def test_a_generation_whose_dispatch_job_died_is_failed_by_the_sweep(
     assert row["status"] == "2"
     assert row["errorMessage"] == "dispatch did not complete (failed)"
     assert await fail_orphaned_generations(api.services.pool) == []
+
+
+async def test_the_dispatch_of_many_generations_opens_one_sqs_client(
+    api: ApiHarness,
+    aws: AwsEndpoint,
+    aws_resources: AwsTestResources,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process's own wiring (build_services): every dispatch sends through one client.
+    opened: list[str] = []
+    create_client = AioSession.create_client
+
+    def counting(self: AioSession, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(service_name)
+        return create_client(self, service_name, *args, **kwargs)
+
+    monkeypatch.setattr(AioSession, "create_client", counting)
+    scope, page_import_id = await completed_page_import(api)
+    created = [await _created(api, scope, page_import_id, screenId=f"s{n}") for n in range(4)]
+    worker = api.services.jobs.worker(
+        WorkerConfig(concurrency=2, poll_interval_s=0.01, lease_s=10.0)
+    )
+    await worker.start()
+    try:
+
+        async def dispatched() -> int:
+            done = await count(
+                api,
+                "SELECT count(*) FROM jobs WHERE type = 'code2wf.dispatch' "
+                "AND status = 'completed' AND (result ->> 'dispatched')::boolean",
+            )
+            return done if done == len(created) else 0
+
+        await eventually(dispatched, what="every generation dispatched")
+    finally:
+        await worker.stop()
+    assert opened.count("sqs") == 1, opened
+    messages = await drain(aws, aws_resources.queues.work, expect=len(created), timeout_s=20)
+    assert sorted(json.loads(m["Body"])["code2wf_id"] for m in messages) == sorted(created)
+    assert all("MessageAttributes" not in m for m in messages), "no dispatch_attempt attribute"

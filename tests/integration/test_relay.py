@@ -10,22 +10,16 @@ from typing import Any
 
 import psycopg
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from structlog.testing import capture_logs
 
-from jobrelay.aws.clients import AwsEndpoint, sqs_client
+from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.aws.emulator import free_port
-from jobrelay.batches.relay import (
-    LEASE_EXPIRED_ERROR,
-    MessageSender,
-    OutgoingMessage,
-    Relay,
-    RelayConfig,
-    SqsSender,
-    chunk_messages,
-)
+from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
+from jobrelay.aws.sqs_sender import SqsSender
+from jobrelay.batches import outbox
+from jobrelay.batches.relay import LEASE_EXPIRED_ERROR, Relay, RelayConfig, chunk_messages
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources
@@ -59,14 +53,12 @@ class Flaky:
         self.reject = reject
         self.calls: list[int] = []
 
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
         self.calls.append(len(messages))
         keep = [m for m in messages if m.child_id not in self.reject]
-        failed = await self.inner.send_batch(keep) if keep else {}
-        failed.update(
-            {m.item_id: "InjectedFailure: no" for m in messages if m.child_id in self.reject}
-        )
-        return failed
+        result = await self.inner.send_batch(keep) if keep else SendResult()
+        injected = {m.item_id: "InjectedFailure: no" for m in messages if m.child_id in self.reject}
+        return SendResult(accepted=result.accepted, failed={**result.failed, **injected})
 
 
 async def test_a_pass_sends_stored_bodies_and_records_them(
@@ -79,8 +71,8 @@ async def test_a_pass_sends_stored_bodies_and_records_them(
     scope = await api.tenant("alice")
     batch = await create_batch(api, scope, page_items(25))
     queue = aws_resources.queues.work
-    async with sqs_client(aws) as sqs:
-        sender = Flaky(SqsSender(sqs, queue), reject=set())
+    async with SqsSender(aws, queue_url=queue) as sqs:
+        sender = Flaky(sqs, reject=set())
         result = await Relay(pool=pool, sender=sender, config=FAST).run_once()
     assert (result.claimed, result.sent) == (25, 25)
     assert sorted(sender.calls) == [5, 10, 10]
@@ -111,8 +103,8 @@ async def test_per_entry_failures_retry_then_fail_the_child_on_the_third(
     batch = await create_batch(api, scope, page_items(4))
     rows = _items(db_dsn, batch["id"])
     doomed = rows[1]["job_id"]
-    async with sqs_client(aws) as sqs:
-        sender = Flaky(SqsSender(sqs, aws_resources.queues.work), reject={doomed})
+    async with SqsSender(aws, queue_url=aws_resources.queues.work) as sqs:
+        sender = Flaky(sqs, reject={doomed})
         relay = Relay(pool=pool, sender=sender, config=FAST)
         first = await relay.run_once()
         assert (first.sent, first.retried) == (3, 1)
@@ -149,10 +141,9 @@ async def test_sqs_unavailable_counts_attempts_and_recovery_sends_the_rest(
     nowhere = AwsEndpoint(region="us-east-1", endpoint_url=f"http://127.0.0.1:{free_port()}")
     scope = await api.tenant("alice")
     lost = await create_batch(api, scope, page_items(3))
-    kwargs = nowhere.client_kwargs()
-    kwargs["config"] = kwargs["config"].merge(AioConfig(retries={"max_attempts": 1}))
-    async with get_session().create_client("sqs", **kwargs) as down:
-        relay_down = Relay(pool=pool, sender=SqsSender(down, queue), config=FAST)
+    no_retries = AioConfig(retries={"max_attempts": 1})
+    async with SqsSender(nowhere, queue_url=queue, config=no_retries) as down:
+        relay_down = Relay(pool=pool, sender=down, config=FAST)
         for attempt in (1, 2, 3):
             result = await relay_down.run_once()
             assert result.claimed == 3
@@ -164,8 +155,8 @@ async def test_sqs_unavailable_counts_attempts_and_recovery_sends_the_rest(
 
         kept = await create_batch(api, scope, page_items(3, start=10))
         assert (await relay_down.run_once()).retried == 3
-    async with sqs_client(aws) as up:  # SQS is back
-        result = await Relay(pool=pool, sender=SqsSender(up, queue), config=FAST).run_once()
+    async with SqsSender(aws, queue_url=queue) as up:  # SQS is back
+        result = await Relay(pool=pool, sender=up, config=FAST).run_once()
     assert result.sent == 3
     rows = _items(db_dsn, kept["id"])
     assert [r["dispatch_attempts"] for r in rows] == [2, 2, 2]
@@ -200,8 +191,8 @@ async def test_the_sweep_fails_an_expired_last_claim_and_stale_records_are_ignor
         )
 
     class Nothing:
-        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
-            return {}
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+            return SendResult()
 
     relay = Relay(pool=pool, sender=Nothing(), config=FAST)
     assert await relay.sweep() == 1
@@ -210,12 +201,12 @@ async def test_the_sweep_fails_an_expired_last_claim_and_stale_records_are_ignor
     assert a["status"] == "2"
     assert b["error_message"] is None and b["status"] == "0"
     # A relay still holding attempt 2 of b after another claimed attempt 3 records nothing.
-    claimed, _ = await relay._claim()
+    claimed = (await outbox.claim(pool, FAST.claim_limits, actor="relay")).messages
     assert [(m.item_id, m.attempt) for m in claimed] == [(b["id"], 3)]
     stale = OutgoingMessage(item_id=b["id"], child_id=b["job_id"], attempt=2, body="{}")
-    await relay._record([stale], [], [])
+    await outbox.record(pool, sent=[stale], retry=[], final=[], actor="relay")
     assert _items(db_dsn, batch["id"])[1]["dispatched_at"] is None
-    await relay._record(claimed, [], [])
+    await outbox.record(pool, sent=claimed, retry=[], final=[], actor="relay")
     assert _items(db_dsn, batch["id"])[1]["dispatched_at"] is not None
 
 
@@ -236,17 +227,17 @@ async def test_cancel_while_the_relay_runs(
             self.sent = 0
             self.underway = asyncio.Event()
 
-        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
             await asyncio.sleep(0.02)  # injected latency keeps sends in flight
-            failed = await self.inner.send_batch(messages)
-            self.sent += len(messages) - len(failed)
+            result = await self.inner.send_batch(messages)
+            self.sent += len(messages) - len(result.failed)
             if self.sent >= 50:
                 self.underway.set()
-            return failed
+            return result
 
     stop = asyncio.Event()
-    async with sqs_client(aws) as sqs:
-        sender = Slow(SqsSender(sqs, queue))
+    async with SqsSender(aws, queue_url=queue) as sqs:
+        sender = Slow(sqs)
         relay = Relay(
             pool=pool,
             sender=sender,
@@ -290,10 +281,8 @@ async def test_a_relay_whose_listener_was_killed_reconnects_and_is_woken_again(
     queue = aws_resources.queues.work
     scope = await api.tenant("alice")
     stop = asyncio.Event()
-    async with sqs_client(aws) as sqs:
-        relay = Relay(
-            pool=pool, sender=SqsSender(sqs, queue), config=RelayConfig(poll_interval_s=3600)
-        )
+    async with SqsSender(aws, queue_url=queue) as sqs:
+        relay = Relay(pool=pool, sender=sqs, config=RelayConfig(poll_interval_s=3600))
         listener = relay.listener
         assert listener is not None
         with capture_logs() as logs:
@@ -345,7 +334,7 @@ async def test_deleted_and_cancelled_batches_are_never_claimed(
     ).status_code == 200
 
     class Refuse:
-        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
             raise AssertionError("nothing may be sent")
 
     assert (await Relay(pool=pool, sender=Refuse(), config=FAST).run_once()).claimed == 0

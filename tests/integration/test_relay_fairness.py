@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.batches.relay import MessageSender, OutgoingMessage, Relay, RelayConfig
+from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
+from jobrelay.batches.relay import Relay, RelayConfig
 from jobrelay.db.pool import Connection
 from jobrelay.domain.fair_dispatch import parse_organization_weights
 from tests.batch_support import create_batch, outcome, page_items, post_webhook
@@ -40,9 +41,9 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
         self.sent.extend(m.child_id for m in messages)
-        return {}
+        return SendResult(accepted={m.item_id: m.item_id for m in messages})
 
 
 def _children(dsn: str, batch_id: str) -> list[str]:
@@ -136,13 +137,13 @@ class FinishesFirst:
         self.api = api
         self.inner = inner
 
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
-        failed = await self.inner.send_batch(messages)
+    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+        result = await self.inner.send_batch(messages)
         for message in messages:
             child = json.loads(message.body)["page_import_id"]
             response = await post_webhook(self.api.client, outcome(child))
             assert response.status_code < 300, response.text
-        return failed
+        return result
 
 
 async def test_items_finished_before_their_send_is_recorded_hold_no_slot(

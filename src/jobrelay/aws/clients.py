@@ -38,9 +38,15 @@ class AwsEndpoint:
 
 
 @asynccontextmanager
-async def sqs_client(endpoint: AwsEndpoint) -> AsyncIterator[SQSClient]:
-    """An aiobotocore SQS client for `endpoint`."""
-    async with get_session().create_client("sqs", **endpoint.client_kwargs()) as client:
+async def sqs_client(
+    endpoint: AwsEndpoint, *, config: AioConfig | None = None
+) -> AsyncIterator[SQSClient]:
+    """An aiobotocore SQS client for `endpoint`; `config` overrides the endpoint's client
+    settings (the relay sizes its HTTP pool with `max_pool_connections`)."""
+    kwargs = endpoint.client_kwargs()
+    if config is not None:
+        kwargs["config"] = kwargs["config"].merge(config)
+    async with get_session().create_client("sqs", **kwargs) as client:
         yield client
 
 
@@ -93,19 +99,3 @@ async def endpoint_reachable(endpoint: AwsEndpoint) -> bool:
     except Exception:
         return False
     return True
-
-
-class QueueSender:
-    """Sends single messages to one queue (its URL looked up once)."""
-
-    def __init__(self, endpoint: AwsEndpoint, queue_name: str) -> None:
-        self._endpoint = endpoint
-        self._queue_name = queue_name
-        self._queue_url: str | None = None
-
-    async def __call__(self, body: str) -> str:
-        async with sqs_client(self._endpoint) as sqs:
-            if self._queue_url is None:
-                self._queue_url = (await sqs.get_queue_url(QueueName=self._queue_name))["QueueUrl"]
-            response = await sqs.send_message(QueueUrl=self._queue_url, MessageBody=body)
-        return str(response["MessageId"])

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from jobrelay.children.batch import NewChild, copy_batch_children
+from jobrelay.children.views import BATCH_CHILD_KINDS, BatchChildKind
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput
@@ -29,8 +31,8 @@ from jobrelay.settings import BatchSettings, SqsSettings
 
 _SQL = Queries("jobrelay.batches")
 
-BatchType = Literal["page_import", "code2des"]
-BATCH_TYPES: tuple[str, ...] = get_args(BatchType)
+BatchType = BatchChildKind  # a batch's type is the kind of its children
+BATCH_TYPES: tuple[str, ...] = BATCH_CHILD_KINDS
 # The request model of each batch type's items: what is validated here and what the OpenAPI
 # document shows for the items of each type.
 ITEM_MODELS: dict[str, type[BaseModel]] = {
@@ -198,7 +200,8 @@ async def insert_batch(conn: Connection, batch: PreparedBatch, *, actor: str) ->
     Taking the connection lets the caller make the batch part of a larger unit of work: the
     rows (and the relay's wake-up notification) become visible only when that transaction
     commits and vanish if it rolls back, so an outbox row never exists without its child.
-    Three COPY statements carry the children and items, whatever the batch size.
+    Two COPY statements carry the children (`jobrelay.children`) and the items, whatever the
+    batch size.
     """
     cur = await conn.execute(
         _SQL.insert_batch,
@@ -212,34 +215,28 @@ async def insert_batch(conn: Connection, batch: PreparedBatch, *, actor: str) ->
     )
     row = await cur.fetchone()
     assert row is not None
-    copy_children = _SQL.copy_page_imports if batch.type == "page_import" else _SQL.copy_code2des
-    async with conn.cursor() as copy_cur:
-        async with copy_cur.copy(copy_children) as copy:
-            for item in batch.items:
-                await copy.write_row(
-                    (
-                        item.child_id,
-                        batch.organization_id,
-                        batch.project_id,
-                        batch.batch_id,
-                        item.request_json,
-                        actor,
-                        actor,
-                    )
+    await copy_batch_children(
+        conn,
+        batch.type,
+        (NewChild(id=item.child_id, request_json=item.request_json) for item in batch.items),
+        organization_id=batch.organization_id,
+        project_id=batch.project_id,
+        batch_id=batch.batch_id,
+        actor=actor,
+    )
+    async with conn.cursor() as cursor, cursor.copy(_SQL.copy_batch_items) as copy:
+        for position, item in enumerate(batch.items):
+            await copy.write_row(
+                (
+                    item.item_id,
+                    batch.batch_id,
+                    position,
+                    item.request_json,
+                    item.child_id,
+                    item.message_json,
+                    actor,
+                    actor,
                 )
-        async with copy_cur.copy(_SQL.copy_batch_items) as copy:
-            for position, item in enumerate(batch.items):
-                await copy.write_row(
-                    (
-                        item.item_id,
-                        batch.batch_id,
-                        position,
-                        item.request_json,
-                        item.child_id,
-                        item.message_json,
-                        actor,
-                        actor,
-                    )
-                )
+            )
     await conn.execute(_SQL.notify_batch_created, {"batch_id": batch.batch_id})
     return dict(row)

@@ -1,5 +1,9 @@
 """The batch relay: delivers the durable outbox messages of `batch_item` to SQS.
 
+The relay is the pump: its loop, the chunks of a pass, the sends through a
+`jobrelay.aws.sender.MessageSender` and the metrics. Every write it makes is a transition of
+`jobrelay.batches.outbox` (claim, record, retry, fail, sweep, settle cancels).
+
 Contract (DESIGN.md section 4, seed 000):
 - A claim is one statement: due items (not dispatched, not cancelled, not failed, not
   deleted, lease free or expired, fewer than three attempts) are locked with `FOR UPDATE SKIP
@@ -39,80 +43,26 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage
+from jobrelay.batches import outbox
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.service import fail_children, retry_on_deadlock, settle_cancels
+from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits
 from jobrelay.db.listen import NotifyListener
-from jobrelay.db.pool import Connection, transaction
+from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
 from jobrelay.loops import LOOP_BACKOFF, Health, Periodic
 from jobrelay.settings import RelaySettings, SqsSettings
 
-if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
-    from types_aiobotocore_sqs import SQSClient
-    from types_aiobotocore_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
-
 _SQL = Queries("jobrelay.batches")
 log = structlog.get_logger("jobrelay.relay")
 
-SQS_MAX_ENTRIES = 10
-LEASE_EXPIRED_ERROR = "the dispatch lease expired on the last attempt without a recorded send"
-
-
-@dataclass(frozen=True, slots=True)
-class OutgoingMessage:
-    """One claimed item to send: its id, the claimed attempt and the stored body."""
-
-    item_id: str
-    child_id: str
-    attempt: int
-    body: str
-
-    @property
-    def size(self) -> int:
-        return len(self.body.encode("utf-8")) + ATTRIBUTE_BYTES
-
-
-class MessageSender(Protocol):
-    """Sends up to ten messages in one call.
-
-    Returns the failed entries as `{item_id: reason}` (an empty dict when all were accepted);
-    raises when the whole call failed (nothing is known to have been accepted)."""
-
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]: ...
-
-
-class SqsSender:
-    """`MessageSender` over an aiobotocore SQS client (its lifetime is the caller's)."""
-
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
-        self._client = client
-        self.queue_url = queue_url
-
-    async def send_batch(self, messages: Sequence[OutgoingMessage]) -> dict[str, str]:
-        entries: list[SendMessageBatchRequestEntryTypeDef] = [
-            {
-                "Id": str(index),
-                "MessageBody": message.body,
-                "MessageAttributes": {
-                    "dispatch_attempt": {"DataType": "Number", "StringValue": str(message.attempt)}
-                },
-            }
-            for index, message in enumerate(messages)
-        ]
-        response = await self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        return {
-            messages[int(failure["Id"])].item_id: (
-                f"{failure.get('Code', 'error')}: {failure.get('Message', 'rejected by SQS')}"
-            )
-            for failure in response.get("Failed", [])
-        }
+__all__ = ["LEASE_EXPIRED_ERROR", "PassResult", "Relay", "RelayConfig", "RelayMetrics"]
 
 
 @dataclass
@@ -163,6 +113,17 @@ class RelayConfig:
     weights: tuple[tuple[int, float], ...] = ()
     in_flight_expiry_s: float = 900.0
     window_poll_s: float = 0.05
+
+    @property
+    def claim_limits(self) -> ClaimLimits:
+        """What each claim of this relay may take."""
+        return ClaimLimits(
+            limit=self.claim_size,
+            lease_s=self.lease_s,
+            window=self.window,
+            weights=self.weights,
+            in_flight_expiry_s=self.in_flight_expiry_s,
+        )
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0:
@@ -217,6 +178,12 @@ class PassResult:
     """Organizations with waiting items that were at their window when this pass claimed."""
 
 
+def message_bytes(message: OutgoingMessage) -> int:
+    """What SQS counts of one message against the call's limit: its UTF-8 body and the
+    allowance for its attributes."""
+    return len(message.body.encode("utf-8")) + ATTRIBUTE_BYTES
+
+
 def chunk_messages(
     messages: Sequence[OutgoingMessage], *, byte_limit: int
 ) -> list[list[OutgoingMessage]]:
@@ -225,11 +192,12 @@ def chunk_messages(
     current: list[OutgoingMessage] = []
     size = 0
     for message in messages:
-        if current and (len(current) == SQS_MAX_ENTRIES or size + message.size > byte_limit):
+        message_size = message_bytes(message)
+        if current and (len(current) == MAX_ENTRIES or size + message_size > byte_limit):
             chunks.append(current)
             current, size = [], 0
         current.append(message)
-        size += message.size
+        size += message_size
     if current:
         chunks.append(current)
     return chunks
@@ -253,6 +221,7 @@ class Relay:
         self._config = config or RelayConfig()
         self.metrics = metrics or RelayMetrics()
         self._actor = actor
+        self._claim_limits = self._config.claim_limits
         self._in_flight = asyncio.Semaphore(self._config.max_in_flight)
         self._wakeup = asyncio.Event()
         self._generation = 0
@@ -282,11 +251,12 @@ class Relay:
 
     async def run_once(self) -> PassResult:
         """Claim up to `claim_size` due items, send them, record the outcome of every one."""
-        messages, held_back = await self._claim()
-        if not messages:
-            return PassResult(held_back=held_back)
+        claim = await outbox.claim(self._pool, self._claim_limits, actor=self._actor)
+        self.metrics.claimed.inc(len(claim.messages))
+        if not claim.messages:
+            return PassResult(held_back=claim.held_back)
         claimed_at = time.monotonic()
-        chunks = chunk_messages(messages, byte_limit=self._config.message_limit_bytes)
+        chunks = chunk_messages(claim.messages, byte_limit=self._config.message_limit_bytes)
         outcomes = await asyncio.gather(*(self._send(chunk, claimed_at) for chunk in chunks))
         sent: list[OutgoingMessage] = []
         failures: list[tuple[OutgoingMessage, str]] = []
@@ -296,13 +266,21 @@ class Relay:
                     failures.append((message, failed[message.item_id]))
                 else:
                     sent.append(message)
-        retry = [(m, e) for m, e in failures if m.attempt < MAX_DISPATCH_ATTEMPTS]
-        final = [(m, e) for m, e in failures if m.attempt >= MAX_DISPATCH_ATTEMPTS]
-        failed_now = await retry_on_deadlock(lambda: self._record(sent, retry, final))
+        retry = [(m, e) for m, e in failures if _attempt(m) < MAX_DISPATCH_ATTEMPTS]
+        final = [(m, e) for m, e in failures if _attempt(m) >= MAX_DISPATCH_ATTEMPTS]
+        recorded = await outbox.record(
+            self._pool,
+            sent=sent,
+            retry=[(m, self._config.retry_delay_s * _attempt(m)) for m, _ in retry],
+            final=final,
+            actor=self._actor,
+        )
+        if recorded.lost:
+            self.metrics.lost_claims.inc(recorded.lost)
         self.metrics.sent.inc(len(sent))
         self.metrics.failed_attempts.inc(len(failures))
-        if failed_now:
-            self.metrics.terminal_failures.labels(reason="attempts").inc(failed_now)
+        if recorded.failed:
+            self.metrics.terminal_failures.labels(reason="attempts").inc(recorded.failed)
         if failures:
             log.warning(
                 "relay.send_failed",
@@ -311,137 +289,41 @@ class Relay:
                 first_error=failures[0][1],
             )
         return PassResult(
-            claimed=len(messages),
+            claimed=len(claim.messages),
             sent=len(sent),
             retried=len(retry),
-            failed=failed_now,
-            held_back=held_back,
+            failed=recorded.failed,
+            held_back=claim.held_back,
         )
 
     async def sweep(self) -> int:
         """Fail items whose last allowed claim expired without a recorded send, and finish
-        the cancels of large batches (`settle_cancels`)."""
-        cancelled = await settle_cancels(self._pool, actor=self._actor)
+        the cancels of large batches (`outbox.settle_cancels`)."""
+        cancelled = await outbox.settle_cancels(self._pool, actor=self._actor)
         if cancelled:
             log.info("relay.settled_cancels", children=cancelled)
-        async with transaction(self._pool) as conn:
-            rows = await (
-                await conn.execute(
-                    _SQL.sweep_expired,
-                    {
-                        "max_attempts": MAX_DISPATCH_ATTEMPTS,
-                        "limit": 1000,
-                        "error": LEASE_EXPIRED_ERROR,
-                        "actor": self._actor,
-                    },
-                )
-            ).fetchall()
-            await fail_children(conn, rows, actor=self._actor)
-        failed = len(rows)
+        failed = await outbox.sweep_expired(self._pool, actor=self._actor)
         if failed:
             self.metrics.terminal_failures.labels(reason="lease_expired").inc(failed)
             log.warning("relay.swept_expired", failed=failed)
         return failed
 
-    async def _claim(self) -> tuple[list[OutgoingMessage], int]:
-        config = self._config
-        async with transaction(self._pool) as conn:
-            await conn.execute(_SQL.claim_lock)
-            rows = await (
-                await conn.execute(
-                    _SQL.claim_items,
-                    {
-                        "max_attempts": MAX_DISPATCH_ATTEMPTS,
-                        "limit": config.claim_size,
-                        "lease_s": config.lease_s,
-                        "actor": self._actor,
-                        "window": config.window,
-                        "weight_orgs": [org for org, _ in config.weights],
-                        "weights": [weight for _, weight in config.weights],
-                        "in_flight_expiry_s": config.in_flight_expiry_s,
-                    },
-                )
-            ).fetchall()
-        held_back = int(str(rows[0]["held_back"])) if rows else 0
-        claimed = [r for r in rows if r["id"] is not None]
-        self.metrics.claimed.inc(len(claimed))
-        messages = sorted(
-            (
-                OutgoingMessage(
-                    item_id=str(r["id"]),
-                    child_id=str(r["job_id"]),
-                    attempt=int(str(r["dispatch_attempts"])),
-                    body=str(r["body"]),
-                )
-                for r in claimed
-            ),
-            key=lambda m: m.item_id,
-        )
-        return messages, held_back
-
     async def _send(self, chunk: list[OutgoingMessage], claimed_at: float) -> dict[str, str]:
+        """Send one chunk; the failed entries with their reasons (all of them when the whole
+        call failed or timed out: nothing is known to have been accepted)."""
         async with self._in_flight:
             try:
                 async with asyncio.timeout(self._config.send_timeout_s):
-                    failed = await self._sender.send_batch(chunk)
+                    result = await self._sender.send_batch(chunk)
             except Exception as exc:  # the whole call failed: every entry failed
                 reason = f"{type(exc).__name__}: {exc}"[:400]
                 return {m.item_id: reason for m in chunk}
+        failed = dict(result.failed)
         elapsed = time.monotonic() - claimed_at
         for message in chunk:
             if message.item_id not in failed:
                 self.metrics.claim_to_send.observe(elapsed)
         return failed
-
-    async def _record(
-        self,
-        sent: list[OutgoingMessage],
-        retry: list[tuple[OutgoingMessage, str]],
-        final: list[tuple[OutgoingMessage, str]],
-    ) -> int:
-        actor = self._actor
-        failed_now = 0
-        async with transaction(self._pool) as conn:
-            if sent:
-                cur = await conn.execute(
-                    _SQL.record_sent,
-                    {
-                        "ids": [m.item_id for m in sent],
-                        "attempts": [m.attempt for m in sent],
-                        "actor": actor,
-                    },
-                )
-                lost = len(sent) - cur.rowcount
-                if lost > 0:
-                    self.metrics.lost_claims.inc(lost)
-            if retry:
-                await conn.execute(
-                    _SQL.retry_later,
-                    {
-                        "ids": [m.item_id for m, _ in retry],
-                        "attempts": [m.attempt for m, _ in retry],
-                        "delays": [self._config.retry_delay_s * m.attempt for m, _ in retry],
-                        "actor": actor,
-                    },
-                )
-            if final:
-                rows = await (
-                    await conn.execute(
-                        _SQL.fail_items,
-                        {
-                            "ids": [m.item_id for m, _ in final],
-                            "attempts": [m.attempt for m, _ in final],
-                            "errors": [
-                                f"dispatch failed after {m.attempt} attempts: {e}"[:500]
-                                for m, e in final
-                            ],
-                            "actor": actor,
-                        },
-                    )
-                ).fetchall()
-                await fail_children(conn, rows, actor=actor)
-                failed_now = len(rows)
-        return failed_now
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -495,3 +377,9 @@ class Relay:
         self._generation += 1
         self._wakeup.set()
         self._wakeup.clear()
+
+
+def _attempt(message: OutgoingMessage) -> int:
+    """The claimed attempt of a message the outbox claimed (always set)."""
+    assert message.attempt is not None
+    return message.attempt

@@ -1,4 +1,5 @@
-"""Batches over the pool: create, read with derived status, list items, cancel, soft delete.
+"""The API's batch service: create, read with derived status, list items, cancel, soft
+delete. The relay's writes are `jobrelay.batches.outbox`.
 
 Scope checks are the caller's job (the API checks membership of the batch's organization
 before acting); everything here works on a batch id that may be shown to the caller.
@@ -6,17 +7,18 @@ before acting); everything here works on a batch id that may be shown to the cal
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from psycopg import errors as pg_errors
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.batches.counts import COUNT_FIELDS, batch_counts
 from jobrelay.batches.creation import BatchLimits, insert_batch, prepare_batch
+from jobrelay.batches.outbox import cancel_rest
+from jobrelay.children.batch import delete_batch_children
+from jobrelay.db.deadlock import retry_on_deadlock
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import (
@@ -28,10 +30,8 @@ from jobrelay.domain.batch_status import (
     item_state,
 )
 from jobrelay.domain.errors import Conflict, NotFound
-from jobrelay.loops import Backoff, retry
 
 _SQL = Queries("jobrelay.batches")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,81 +74,6 @@ class ItemPage:
     next_after: int | None
 
 
-async def retry_on_deadlock(work: Callable[[], Awaitable[T]], *, attempts: int = 5) -> T:
-    """Run `work` (one whole transaction) again when PostgreSQL broke a deadlock with it.
-
-    Cancel, the relay's terminal failures and webhooks lock items and children in different
-    orders; the server detects the rare cycle and aborts one side, which simply retries.
-    """
-    return await retry(
-        work,
-        what="a transaction aborted by a deadlock",
-        retry_on=_deadlock,
-        backoff=_DEADLOCK_BACKOFF,
-        attempts=attempts,
-        level=logging.DEBUG,  # expected now and then; the server logs each deadlock already
-    )
-
-
-# Jitter, so the two transactions a deadlock broke do not meet again in lockstep.
-_DEADLOCK_BACKOFF = Backoff(base_s=0.01, cap_s=0.05, jitter=0.5)
-
-
-def _deadlock(exc: BaseException) -> bool:
-    return isinstance(exc, pg_errors.DeadlockDetected)
-
-
-async def fail_children(conn: Connection, failed_items: Sequence[Any], *, actor: str) -> None:
-    """Fail the processing children of items that just failed for good (the rows
-    `fail_items.sql` or `sweep_expired.sql` returned: `job_id`, `error_message`), in the
-    caller's transaction, as a statement of its own (see `fail_children.sql`)."""
-    if not failed_items:
-        return
-    await conn.execute(
-        _SQL.fail_children,
-        {
-            "job_ids": [str(r["job_id"]) for r in failed_items],
-            "errors": [str(r["error_message"]) for r in failed_items],
-            "actor": actor,
-        },
-    )
-
-
-_COUNT_FIELDS = ("total", "queued", "running", "completed", "failed", "cancelled")
-_CHILD_TABLES = {"page_import": "page_import", "code2des": "code2des"}
-
-
-async def batch_counts(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
-    """The counts of one batch as kept in the transactions that change its items and
-    children (migration 0012: the sum of its few delta rows). `batch_type` is unused here;
-    it names the child table of `recount_batch`, the checker."""
-    del batch_type
-    row = await (await conn.execute(_SQL.batch_counts_kept, {"batch_id": batch_id})).fetchone()
-    assert row is not None
-    return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
-
-
-async def recount_batch(conn: Connection, batch_id: str, batch_type: str) -> BatchCounts:
-    """The checker: the counts of one batch recounted from every item and child (cost grows
-    with the batch); call inside a transaction (the merge-join planner settings are local to
-    it). The kept counts must always equal this."""
-    query = sql.SQL(_SQL.batch_counts).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
-    await conn.execute(_SQL.merge_join_only)
-    row = await (await conn.execute(query, {"batch_id": batch_id})).fetchone()
-    assert row is not None
-    return BatchCounts(**{k: int(str(v)) for k, v in row.items()})
-
-
-def _settle_children(child_table: str) -> sql.Composed:
-    """`settle_cancel_children.sql` bound to a child table."""
-    return sql.SQL(_SQL.settle_cancel_children).format(child=sql.Identifier(child_table))
-
-
-def _cancel_items(batch_type: str) -> sql.Composed:
-    """`cancel_items.sql` bound to the batch's child table."""
-    return sql.SQL(_SQL.cancel_items).format(child=sql.Identifier(_CHILD_TABLES[batch_type]))
-
-
 def _view(row: dict[str, Any], counts: BatchCounts) -> BatchView:
     cancelled = row["cancelled_at"] is not None
     return BatchView(
@@ -175,46 +100,6 @@ async def processing_batches(conn: Connection, *, limit: int) -> list[BatchView]
         counts = await batch_counts(conn, str(row["id"]), str(row["type"]))
         views.append(_view(row, counts))
     return views
-
-
-async def settle_cancels(
-    pool: AsyncConnectionPool[Connection], *, actor: str, step: int = 2_000
-) -> int:
-    """Finish background cancels (see `BatchService.cancel`): mark up to `step` processing children
-    of one cancelled batch and their items per transaction, until no cancelled batch has
-    any left. Returns how many children it cancelled. Safe to run in many processes at
-    once (a batch being settled is skipped by the others) and to stop at any point."""
-    cancelled = 0
-    while True:
-        done = await retry_on_deadlock(lambda: _settle_step(pool, actor=actor, step=step))
-        if done is None:
-            return cancelled
-        cancelled += done
-
-
-async def _settle_step(
-    pool: AsyncConnectionPool[Connection], *, actor: str, step: int
-) -> int | None:
-    """One transaction of `settle_cancels`: the children it cancelled, None when no
-    cancelled batch is left to settle (or every one is held by another settler)."""
-    async with transaction(pool) as conn:
-        row = await (await conn.execute(_SQL.settle_cancel_next)).fetchone()
-        if row is None:
-            return None
-        batch_id, child = str(row["id"]), _CHILD_TABLES[str(row["type"])]
-        params: dict[str, Any] = {"batch_id": batch_id, "actor": actor, "limit": step}
-        children = await (await conn.execute(_settle_children(child), params)).fetchall()
-        if children:
-            params["child_ids"] = [str(c["id"]) for c in children]
-            await conn.execute(_SQL.settle_cancel_items, params)
-            return len(children)
-        # None left unlocked: the last ones (waiting for a webhook that holds one, which
-        # ends it or not), then the items of children a webhook ended cancelled meanwhile
-        # (finish_*.sql), and the cancel is settled.
-        await conn.execute(_SQL.cancel_children, params)
-        await conn.execute(_cancel_items(str(row["type"])), params)
-        await conn.execute(_SQL.settle_cancel_done, params)
-        return 0
 
 
 class BatchService:
@@ -260,7 +145,7 @@ class BatchService:
             ).fetchone()
         if row is None:
             raise NotFound("batch not found")
-        counts = BatchCounts(**{k: int(str(row[k])) for k in _COUNT_FIELDS})
+        counts = BatchCounts(**{k: int(str(row[k])) for k in COUNT_FIELDS})
         return _view(row, counts)
 
     async def list_for_project(
@@ -350,8 +235,7 @@ class BatchService:
                 params = {"batch_id": batch_id, "actor": actor, "settled": inline}
                 await conn.execute(_SQL.cancel_batch, params)
                 if inline:
-                    await conn.execute(_SQL.cancel_children, params)
-                    await conn.execute(_cancel_items(str(row["type"])), params)
+                    await cancel_rest(conn, batch_id, str(row["type"]), actor=actor)
                 row = await (await conn.execute(_SQL.get_batch, {"batch_id": batch_id})).fetchone()
                 assert row is not None
                 return _view(row, await batch_counts(conn, batch_id, str(row["type"])))
@@ -367,9 +251,8 @@ class BatchService:
                 row = await (await conn.execute(_SQL.lock_batch, {"batch_id": batch_id})).fetchone()
                 if row is None:
                     raise NotFound("batch not found")
-                params = {"batch_id": batch_id, "actor": actor}
-                await conn.execute(_SQL.cancel_children, params)
-                await conn.execute(_cancel_items(str(row["type"])), params)
-                await conn.execute(_SQL.delete_batch, params)
+                await cancel_rest(conn, batch_id, str(row["type"]), actor=actor)
+                await conn.execute(_SQL.delete_batch, {"batch_id": batch_id, "actor": actor})
+                await delete_batch_children(conn, batch_id, actor=actor)
 
         await retry_on_deadlock(work)

@@ -8,7 +8,7 @@ import json
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import content, diagnostics
-from jobrelay.aws.clients import AwsEndpoint, QueueSender
+from jobrelay.aws.sender import MessageSender
 from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.db.pool import Connection
@@ -34,7 +34,7 @@ def product_job_types(
     *,
     diag_enabled: bool,
     failpoints: Failpoints = NO_FAILPOINTS,
-    send: code2wf_dispatch.MessageSender | None = None,
+    send: MessageSender | None = None,
 ) -> JobTypes:
     """The product's job types: content, Code2WF dispatch, and diagnostics when enabled."""
     group = JobTypes()
@@ -49,7 +49,7 @@ def deployment_job_types(
     settings: Settings,
     *,
     failpoints: Failpoints | None = None,
-    send: code2wf_dispatch.MessageSender | None = None,
+    send: MessageSender | None = None,
 ) -> JobTypes:
     """Every job type this deployment runs: the product's, the apps of `JOBRELAY_APP` /
     `--app`, and the packages of the `jobrelay.job_types` entry-point group, all declared
@@ -92,7 +92,7 @@ def configured_schedules(settings: Settings) -> list[Schedule]:
 def jobs_registry(
     settings: Settings,
     failpoints: Failpoints | None = None,
-    send: code2wf_dispatch.MessageSender | None = None,
+    send: MessageSender | None = None,
 ) -> Registry:
     """The closed registry of this deployment's job types; raises `StartupError` with one
     line naming every problem (an app that does not load, two types with one name, an
@@ -104,11 +104,10 @@ def jobs_registry(
 
 
 def jobs_service(
-    settings: Settings, pool: AsyncConnectionPool[Connection], endpoint: AwsEndpoint | None = None
+    settings: Settings, pool: AsyncConnectionPool[Connection], send: MessageSender | None = None
 ) -> JobsService:
-    """The jobs engine over `pool`; with an SQS endpoint its Code2WF dispatch can send."""
+    """The jobs engine over `pool`; with a sender its Code2WF dispatch can send."""
     failpoints = Failpoints.parse(settings.jobs.failpoints)
-    send = None if endpoint is None else QueueSender(endpoint, settings.sqs.queue_name)
     registry = jobs_registry(settings, failpoints, send)
     return JobsService(
         pool=pool,

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import prometheus_client
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
-from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics, SqsSender
+from jobrelay.aws.sqs_sender import SqsSender
+from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics
 from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
@@ -22,9 +20,6 @@ from jobrelay.sqs_workers import WorkerConfig as SqsWorkerConfig
 from jobrelay.sqs_workers import WorkerStartupError
 from jobrelay.sqs_workers import serve as serve_sqs_worker
 
-if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
-    from types_aiobotocore_sqs import SQSClient
-
 
 def relay_pool_size(settings: Settings) -> int:
     """Connections of a relay's pool: JOBRELAY_RELAY_DB_POOL_MAX, else one per claim loop
@@ -34,15 +29,13 @@ def relay_pool_size(settings: Settings) -> int:
     return max(2, settings.relay.workers + 2)
 
 
-async def _queue_url(sqs: SQSClient, queue_name: str, stop: asyncio.Event, retry_s: float) -> str:
+async def _queue_url(
+    sender: SqsSender, queue_name: str, stop: asyncio.Event, retry_s: float
+) -> str:
     """Resolve the work queue's URL, waiting for SQS to answer (no attempt is spent on it)."""
-
-    async def resolve() -> str:
-        return str((await sqs.get_queue_url(QueueName=queue_name))["QueueUrl"])
-
     try:
         return await retry(
-            resolve,
+            sender.queue_url,
             what=f"the queue {queue_name}",
             retry_on=lambda exc: isinstance(exc, BotoCoreError | ClientError),
             backoff=Backoff(base_s=min(0.05, retry_s), cap_s=retry_s),
@@ -65,16 +58,15 @@ async def run_relay(
     pool = await open_pool(
         dsn, **settings.db.pool_options(min_size=1, max_size=relay_pool_size(settings))
     )
-    client_kwargs = endpoint.client_kwargs()
-    client_kwargs["config"] = client_kwargs["config"].merge(
-        AioConfig(max_pool_connections=config.max_in_flight)
+    sender = SqsSender(
+        endpoint, queue_name=settings.sqs.queue_name, max_connections=config.max_in_flight
     )
     try:
-        async with get_session().create_client("sqs", **client_kwargs) as sqs:
-            queue_url = await _queue_url(sqs, settings.sqs.queue_name, stop, config.poll_interval_s)
+        async with sender:
+            await _queue_url(sender, settings.sqs.queue_name, stop, config.poll_interval_s)
             relay = Relay(
                 pool=pool,
-                sender=SqsSender(sqs, queue_url),
+                sender=sender,
                 config=config,
                 metrics=metrics,
                 listen_conninfo=listen_conninfo(settings, "relay"),

@@ -15,16 +15,17 @@ from jobrelay.auth.local_issuer import LOCAL_CLIENT_ID, LOCAL_ISSUER, LocalIssue
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.auth.tokens import JwksCache, TokenPolicy, TokenVerifier
 from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
+from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import BatchService
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
+from jobrelay.children.service import ChildService
 from jobrelay.console import ConsoleService
 from jobrelay.content.service import MediaService
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.errors import NotFound
-from jobrelay.generations.children import ChildService
 from jobrelay.generations.code2wf import Code2WfService
 from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.jobs.service import JobsService
@@ -89,7 +90,9 @@ async def build_services(
     )
     issuer = local_issuer(settings) if settings.auth.mode == "local" else None
     aws = endpoint or aws_endpoint(settings)
-    jobs = jobs_service(settings, pool, aws)
+    # One SQS client for the Code2WF dispatch of this process, opened on its first send.
+    sender = SqsSender(aws, queue_name=settings.sqs.queue_name)
+    jobs = jobs_service(settings, pool, sender)
     tenancy = Tenancy(pool)
     try:
         yield Services(
@@ -108,6 +111,7 @@ async def build_services(
             local_issuer=issuer,
         )
     finally:
+        await sender.aclose()
         await pool.close()
 
 

@@ -2,7 +2,7 @@
 
 An item's state follows from its dispatch metadata (`batch_item`) and its child row
 (`page_import` / `code2des`). The batch status follows from the item states and whether the
-batch was cancelled. The SQL aggregate `batches/queries/batch_counts.sql` computes the same
+batch was cancelled. The SQL aggregate `batches/queries/batch_counts_*.sql` computes the same
 thing in the database; a property test holds the two together.
 
 Item state, first match wins:

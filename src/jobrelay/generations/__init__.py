@@ -1,1 +1,3 @@
-"""Child job lifecycles (page_import, code2des, code2wf) and webhook outcomes (section 5)."""
+"""Generations (section 5): the Code2WF service (creation rules, dispatch job, discovery,
+placement) and the receiver of signed worker webhooks. The child rows themselves, and every
+write to them, are `jobrelay.children`."""

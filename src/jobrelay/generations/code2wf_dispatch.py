@@ -13,14 +13,14 @@ the generations such jobs left processing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from psycopg_pool import AsyncConnectionPool
 from pydantic import Field
 
+from jobrelay.aws.sender import MessageSender, OutgoingMessage
+from jobrelay.children import code2wf as rows
+from jobrelay.children.views import DispatchSource
 from jobrelay.db.pool import Connection
-from jobrelay.db.sql import Queries
+from jobrelay.domain.batch_status import ChildStatus
 from jobrelay.domain.jobs import Complete, Outcome, Retry
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.generations.code2wf import fail_orphaned_generations
@@ -28,12 +28,7 @@ from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.registry import JobContext, JobPayload
 from jobrelay.protocol import Code2WfMessage
 
-_SQL = Queries("jobrelay.generations")
-
 TYPE = "code2wf.dispatch"
-
-# Sends one message body to the work queue and returns its message id.
-MessageSender = Callable[[str], Awaitable[str]]
 
 
 class Code2WfDispatch(JobPayload):
@@ -59,24 +54,34 @@ def job_types(send: MessageSender | None = None, *, retry: RetryPolicy = DEFAULT
             return Retry("this worker cannot dispatch Code2WF (no SQS configured)")
         code2wf_id = ctx.payload.code2wf_id
         async with pool.connection() as conn:
-            row = await (
-                await conn.execute(_SQL.code2wf_dispatch_source, {"id": code2wf_id})
-            ).fetchone()
-        if row is None or row["deleted_at"] is not None or row["status"] != "0":
+            source = await rows.dispatch_source(conn, code2wf_id)
+        if (
+            source is None
+            or source.deleted
+            or source.generation.status is not ChildStatus.PROCESSING
+        ):
             return Complete(result={"dispatched": False, "reason": "not processing"})
-        if not row["page_import_result_url"]:
+        if not source.page_import_result_url:
             return _give_up(code2wf_id, "the page import has no result to build from")
-        message = _message(row)
+        message = _message(source)
+        outgoing = OutgoingMessage(
+            item_id=code2wf_id, child_id=code2wf_id, attempt=None, body=message.model_dump_json()
+        )
         try:
-            message_id = await send(message.model_dump_json())
+            result = await send.send_batch([outgoing])
         except Exception as exc:
-            reason = f"sending to SQS failed: {type(exc).__name__}"
-            if ctx.job.attempt_count >= ctx.job.max_attempts:
-                return _give_up(
-                    code2wf_id, f"dispatch failed after {ctx.job.attempt_count} attempts ({reason})"
-                )
-            return Retry(reason)
-        return Complete(result={"dispatched": True, "messageId": message_id})
+            failure = type(exc).__name__  # the class only: the row keeps a safe message
+        else:
+            message_id = result.accepted.get(code2wf_id)
+            if message_id is not None:
+                return Complete(result={"dispatched": True, "messageId": message_id})
+            failure = "rejected by SQS"
+        reason = f"sending to SQS failed: {failure}"
+        if ctx.job.attempt_count >= ctx.job.max_attempts:
+            return _give_up(
+                code2wf_id, f"dispatch failed after {ctx.job.attempt_count} attempts ({reason})"
+            )
+        return Retry(reason)
 
     group.sweep("code2wf.orphans", every_s=ORPHAN_SWEEP_INTERVAL_S)(_fail_orphans)
     return group
@@ -86,22 +91,24 @@ async def _fail_orphans(pool: AsyncConnectionPool[Connection]) -> int:
     return len(await fail_orphaned_generations(pool))
 
 
-def _message(row: dict[str, Any]) -> Code2WfMessage:
+def _message(source: DispatchSource) -> Code2WfMessage:
+    generation = source.generation
+    assert source.page_import_result_url is not None
     return Code2WfMessage(
-        code2wf_id=str(row["id"]),
-        attempt=int(row["attempt"]),
-        organization_id=int(row["organization_id"]),
-        project_id=int(row["project_id"]),
-        page_import_id=str(row["page_import_id"]),
-        figma_file_key=str(row["figma_file_key"]),
-        screen_id=str(row["screen_id"]),
-        placement_target=row["placement_target"],
-        page_import_result_url=str(row["page_import_result_url"]),
+        code2wf_id=generation.id,
+        attempt=generation.attempt,
+        organization_id=generation.organization_id,
+        project_id=generation.project_id,
+        page_import_id=generation.page_import_id,
+        figma_file_key=generation.figma_file_key,
+        screen_id=generation.screen_id,
+        placement_target=generation.placement_target,
+        page_import_result_url=source.page_import_result_url,
     )
 
 
 def _give_up(code2wf_id: str, message: str) -> Complete:
-    async def fail_generation(conn: Any) -> None:
-        await conn.execute(_SQL.code2wf_fail_dispatch, {"id": code2wf_id, "error_message": message})
+    async def fail_generation(conn: Connection) -> None:
+        await rows.fail_dispatch(conn, code2wf_id, error_message=message)
 
     return Complete(result={"dispatched": False, "error": message}, outputs=fail_generation)

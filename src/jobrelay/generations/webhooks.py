@@ -8,10 +8,10 @@ Order of checks, each with its own answer:
 3. Idempotency on `webhook-id`, in the same transaction as the outcome: the first delivery
    inserts its `webhook_delivery` row, a concurrent duplicate waits on that row and then
    answers the stored result without reprocessing. The same id with another body -> 409.
-4. The outcome is a CAS from processing: applied -> 200 `changed: true`; the same outcome
-   again -> 200 `changed: false`; a cancelled child -> 200, unchanged; a child that already
-   ended with the other outcome -> 409. Unknown child -> 404 (not remembered, so a retry after
-   the row exists is processed).
+4. The outcome is a CAS from processing (`jobrelay.children.outcomes`): applied -> 200
+   `changed: true`; the same outcome again -> 200 `changed: false`; a cancelled child -> 200,
+   unchanged; a child that already ended with the other outcome -> 409. Unknown child -> 404
+   (not remembered, so a retry after the row exists is processed).
 
 The endpoint never answers 410 (a Standard Webhooks sender disables the endpoint on 410).
 """
@@ -27,20 +27,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
+from jobrelay.children.outcomes import LIFECYCLES, ChildLifecycle
+from jobrelay.children.views import OutcomeResult
 from jobrelay.db.pool import Connection, transaction
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
-from jobrelay.generations.children import LIFECYCLES, ChildLifecycle, OutcomeResult
-from jobrelay.generations.code2wf import CODE2WF
 from jobrelay.protocol import WorkerOutcome
 from jobrelay.webhooks import WebhookVerifier
 
 _SQL = Queries("jobrelay.generations")
 ACTOR = "webhook"
-
-
-# Every child kind a worker can report on.
-ALL_LIFECYCLES: Mapping[str, ChildLifecycle] = {**LIFECYCLES, "code2wf": CODE2WF}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +78,7 @@ class WorkerWebhooks:
         self,
         pool: AsyncConnectionPool[Connection],
         verifier: WebhookVerifier,
-        lifecycles: Mapping[str, ChildLifecycle] = ALL_LIFECYCLES,
+        lifecycles: Mapping[str, ChildLifecycle] = LIFECYCLES,
     ) -> None:
         self._pool = pool
         self._verifier = verifier

@@ -17,6 +17,8 @@ from jobrelay.api.schemas import (
     GenerationStatus,
     GenerationStatusCode,
 )
+from jobrelay.children.views import Code2WfView
+from jobrelay.domain.batch_status import ChildStatus
 from jobrelay.domain.errors import Conflict, NotFound
 from jobrelay.generations.code2wf import PAGE_SIZE_MAX, NewGeneration
 
@@ -55,9 +57,11 @@ class Code2Wf(ApiModel):
     updated_by: str
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> Code2Wf:
-        fields = {name: row[name] for name in cls.model_fields if name in row}
-        return cls.model_validate({**fields, "code2wf_id": row["id"]})
+    def of(cls, generation: Code2WfView) -> Code2Wf:
+        fields = {
+            name: getattr(generation, name) for name in cls.model_fields if name != "code2wf_id"
+        }
+        return cls.model_validate({**fields, "code2wf_id": generation.id})
 
 
 class Code2WfPage(ApiModel):
@@ -79,7 +83,7 @@ class Code2WfPage(ApiModel):
 async def create_code2wf(
     body: CreateCode2Wf, scope: ProjectScopeDep, caller: CallerDep, services: ServicesDep
 ) -> Code2Wf:
-    row = await services.code2wf.create(
+    generation = await services.code2wf.create(
         scope,
         NewGeneration(
             page_import_id=body.page_import_id,
@@ -89,7 +93,7 @@ async def create_code2wf(
         ),
         actor=caller.sub,
     )
-    return Code2Wf.of(row)
+    return Code2Wf.of(generation)
 
 
 @router.get(
@@ -107,10 +111,10 @@ async def discover_code2wf(
     limit: Annotated[int, Query(ge=1, le=PAGE_SIZE_MAX)] = 50,
     after: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
 ) -> Code2WfPage:
-    rows, next_after = await services.code2wf.discover(
+    generations, next_after = await services.code2wf.discover(
         scope, figma_file_key=figma_file_key, status=status, limit=limit, after=after
     )
-    return Code2WfPage(items=[Code2Wf.of(r) for r in rows], next_after=next_after)
+    return Code2WfPage(items=[Code2Wf.of(g) for g in generations], next_after=next_after)
 
 
 @router.get(
@@ -135,12 +139,12 @@ async def get_code2wf(code2wf_id: Code2WfIdDep, services: ServicesDep) -> Code2W
     response_class=JSONResponse,
 )
 async def get_code2wf_result(code2wf_id: Code2WfIdDep, services: ServicesDep) -> Response:
-    row = await services.code2wf.get(code2wf_id)
-    if not row["result_url"]:
-        if row["status"] == "0":
+    generation = await services.code2wf.get(code2wf_id)
+    if not generation.result_url:
+        if generation.status is ChildStatus.PROCESSING:
             raise Conflict("the generation is still processing")
         raise NotFound("the generation has no stored result")
-    body = await services.read_result(str(row["result_url"]))
+    body = await services.read_result(generation.result_url)
     return Response(content=body, media_type="application/json")
 
 

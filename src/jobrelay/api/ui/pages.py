@@ -22,6 +22,7 @@ from jobrelay.api.ui.render import codec, render
 from jobrelay.api.ui.session import Session, check_csrf
 from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
+from jobrelay.children.views import Code2WfView
 from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthenticated
 from jobrelay.domain.jobs import JobStatus
 from jobrelay.jobs.models import JobFilter
@@ -410,8 +411,8 @@ async def _child_page(
     state of the batch item that carries it; a Page Import lists its Code2WF generations."""
     owner = partial(services.children.owner, kind)
     await owned_by_caller(caller, services, kind, owner, child_id)
-    row = await services.children.get(kind, child_id)
-    batch_id = row["batch_id"]
+    child = await services.children.get(kind, child_id)
+    batch_id = child.batch_id
     item = None if batch_id is None else await services.batches.item_of_child(batch_id, child_id)
     generations = (
         await services.code2wf.of_page_import(child_id, limit=GENERATIONS_SHOWN)
@@ -422,8 +423,8 @@ async def _child_page(
         "caller": caller,
         "kind": kind,
         "title": "Page Import" if kind == "page_import" else "Code2Des",
-        "child": row,
-        "status_name": CHILD_STATUS.get(str(row["status"]), str(row["status"])),
+        "child": child,
+        "status_name": CHILD_STATUS[child.status],
         "item": item,
         "generations": generations,
         "generations_shown": GENERATIONS_SHOWN,
@@ -451,11 +452,11 @@ async def code2wf(
     request: Request, code2wf_id: ChildPath, caller: UiCallerDep, services: ServicesDep
 ) -> Response:
     await owned_by_caller(caller, services, "code2wf", services.code2wf.owner, code2wf_id)
-    row = await services.code2wf.get(code2wf_id)
+    generation = await services.code2wf.get(code2wf_id)
     context = {
         "caller": caller,
-        "g": row,
-        "status_name": CHILD_STATUS.get(str(row["status"]), str(row["status"])),
+        "g": generation,
+        "status_name": CHILD_STATUS[generation.status],
     }
     return render(request, "code2wf.html", context)
 
@@ -479,10 +480,10 @@ async def discover_code2wf(
             "invalid discovery filter",
             [FieldError("status", f"unknown status {status[:40]!r} (0, 1 or 2)")],
         )
-    rows: list[dict[str, Any]] = []
+    generations: list[Code2WfView] = []
     next_after = None
     if figma_file_key:
-        rows, next_after = await services.code2wf.discover(
+        generations, next_after = await services.code2wf.discover(
             scope,
             figma_file_key=figma_file_key,
             status=status or None,
@@ -494,7 +495,7 @@ async def discover_code2wf(
         "project_id": scope.project_id,
         "figma_file_key": figma_file_key,
         "status": status,
-        "generations": rows,
+        "generations": generations,
         "next_after": next_after,
         "searched": bool(figma_file_key),
         "statuses": {k: v for k, v in CHILD_STATUS.items() if k in ("0", "1", "2")},

@@ -1,5 +1,5 @@
 -- The counts of one batch as kept by the count triggers (migration 0012): the sum of its
--- delta rows, a few dozen at most between folds. `batch_counts.sql` recounts the same from
+-- delta rows, a few dozen at most between folds. `batch_counts_*.sql` recount the same from
 -- the items and children (the checker).
 SELECT coalesce(sum(total), 0) AS total,
        coalesce(sum(queued), 0) AS queued,

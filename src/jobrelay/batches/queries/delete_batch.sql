@@ -1,5 +1,6 @@
--- Soft delete: the batch, its items and its children disappear from the API; the relay no
--- longer claims the items (its claim skips deleted rows).
+-- Soft delete: the batch and its items disappear from the API; the relay no longer claims
+-- the items (its claim skips deleted rows). Its children are deleted by the next statement
+-- (`children/queries/delete_batch_children.sql`, same transaction).
 WITH b AS (
     UPDATE batch
     SET deleted_at = clock_timestamp(),
@@ -15,20 +16,6 @@ WITH b AS (
     RETURNING id
 ), items AS (
     UPDATE batch_item
-    SET deleted_at = clock_timestamp(),
-        deleted_by = %(actor)s,
-        updated_by = %(actor)s
-    WHERE batch_id IN (SELECT id FROM b)
-      AND deleted_at IS NULL
-), pi AS (
-    UPDATE page_import
-    SET deleted_at = clock_timestamp(),
-        deleted_by = %(actor)s,
-        updated_by = %(actor)s
-    WHERE batch_id IN (SELECT id FROM b)
-      AND deleted_at IS NULL
-), cd AS (
-    UPDATE code2des
     SET deleted_at = clock_timestamp(),
         deleted_by = %(actor)s,
         updated_by = %(actor)s

@@ -1,7 +1,7 @@
 -- The last attempt failed: the item gets its terminal error. Its processing child fails with
--- it in the next statement (`fail_children.sql`, same transaction): the count triggers
--- (migration 0012) need a statement to change items or children, not both. Cancelled items
--- are left alone (they are already terminal).
+-- it in the next statement (`children/queries/fail_batch_children.sql`, same transaction):
+-- the count triggers (migration 0012) need a statement to change items or children, not
+-- both. Cancelled items are left alone (they are already terminal).
 UPDATE batch_item AS bi
 SET error_message = s.error,
     lease_until = NULL,

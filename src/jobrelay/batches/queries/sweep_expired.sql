@@ -1,6 +1,7 @@
 -- Items whose last allowed claim expired without a recorded send fail like a third failed
 -- attempt (the relay that held the claim died or lost its database connection). Their
--- children fail in the next statement (`fail_children.sql`, same transaction).
+-- children fail in the next statement (`children/queries/fail_batch_children.sql`, same
+-- transaction).
 WITH expired AS MATERIALIZED (
     SELECT id
     FROM batch_item

@@ -1,7 +1,8 @@
 -- Cancel, first statement: every processing child of the batch becomes '3'. Its items are
--- marked by `cancel_items.sql`, a separate statement: the count triggers (migration 0012)
--- count a statement by what it changed in one table, so a statement never changes both an
--- item and its child. Children first, like a webhook (child, then the item read FOR SHARE).
+-- marked by `batches/queries/cancel_items_*.sql`, a separate statement: the count triggers
+-- (migration 0012) count a statement by what it changed in one table, so a statement never
+-- changes both an item and its child. Children first, like a webhook (child, then the item
+-- read FOR SHARE).
 WITH pi AS (
     UPDATE page_import
     SET status = '3',
