@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from jobrelay import __version__
 from jobrelay.api.limits import BodySizeLimit
-from jobrelay.api.openapi import install_openapi
+from jobrelay.api.openapi import install_openapi, operation_id
 from jobrelay.api.problems import install_problem_handlers
 from jobrelay.api.routes import (
     batches,
@@ -31,6 +31,7 @@ def create_app(services: Services) -> FastAPI:
         title="jobrelay",
         version=__version__,
         description="Durable jobs, batch outbox and Code2WF generations on PostgreSQL.",
+        generate_unique_id_function=operation_id,
     )
     app.state.services = services
     install_problem_handlers(app)
