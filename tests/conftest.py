@@ -69,21 +69,21 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
 @pytest.fixture
 def db_dsn(pg_server: PgServer) -> Iterator[str]:
     """A DSN of a fresh database at the newest migration, dropped after the test."""
-    name = pg_server.create_database()
+    name = pg_server.create()
     try:
         yield pg_server.dsn(name)
     finally:
-        pg_server.drop_database(name)
+        pg_server.drop(name)
 
 
 @pytest.fixture
 def empty_db_dsn(pg_server: PgServer) -> Iterator[str]:
     """A DSN of a fresh, unmigrated database."""
-    name = pg_server.create_database(migrated=False)
+    name = pg_server.create(migrated=False)
     try:
         yield pg_server.dsn(name)
     finally:
-        pg_server.drop_database(name)
+        pg_server.drop(name)
 
 
 @pytest.fixture

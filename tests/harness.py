@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,63 +18,22 @@ from typing import TypeVar
 
 import httpx
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from jobrelay.api import create_app
 from jobrelay.auth.tenancy import ProjectScope, Role
 from jobrelay.aws.clients import QueueUrls
 from jobrelay.bootstrap import Services, build_services
-from jobrelay.db import migrate
 from jobrelay.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from jobrelay.settings import load_settings
+from jobrelay.testing import FAST_SERVER_OPTIONS, TestDatabases
 
 T = TypeVar("T")
 
-# Durability is not under test in the shared server (crash tests start their own), so the
-# fast settings keep `make test` well inside its budget.
-FAST_SERVER_OPTIONS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
-
-@dataclass
-class PgServer:
-    """A PostgreSQL server the tests may create and drop databases on."""
-
-    admin_dsn: str
-    embedded: EmbeddedPostgres | SystemPostgres | None = None
-    _template: str | None = field(default=None, repr=False)
-
-    def dsn(self, dbname: str) -> str:
-        return make_conninfo(self.admin_dsn, dbname=dbname)
-
-    def execute_admin(self, sql: str) -> None:
-        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
-
-    def template(self) -> str:
-        """The name of a database migrated to head, created once per test session."""
-        if self._template is None:
-            name = f"jobrelay_tpl_{os.getpid()}"
-            self.execute_admin(f"DROP DATABASE IF EXISTS {name}")
-            self.execute_admin(f"CREATE DATABASE {name}")
-            migrate.upgrade(self.dsn(name))
-            self._template = name
-        return self._template
-
-    def create_database(self, *, migrated: bool = True) -> str:
-        """A fresh database (a copy of the template when `migrated`); returns its name."""
-        name = f"jobrelay_t_{uuid.uuid4().hex[:16]}"
-        template = f" TEMPLATE {self.template()}" if migrated else ""
-        self.execute_admin(f"CREATE DATABASE {name}{template}")
-        return name
-
-    def drop_database(self, name: str) -> None:
-        self.execute_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-    def close(self) -> None:
-        if self._template:
-            self.drop_database(self._template)
-        if self.embedded is not None:
-            self.embedded.stop()
+# The suite's server is the one jobrelay's pytest plugin offers users (template database
+# migrated once, a copy per test); the suite only adds the choice of server below.
+PgServer = TestDatabases
 
 
 @dataclass(frozen=True)
@@ -293,7 +251,7 @@ def start_server(tmp_root: Path) -> PgServer:
     named by `JOBRELAY_TEST_PG` (e.g. 15), else an embedded server."""
     url = os.environ.get("DATABASE_URL")
     if url:
-        return PgServer(admin_dsn=url)
+        return TestDatabases(url)
     version = os.environ.get(TEST_PG_ENV)
     server: EmbeddedPostgres | SystemPostgres
     if version:
@@ -302,7 +260,7 @@ def start_server(tmp_root: Path) -> PgServer:
         )
     else:
         server = EmbeddedPostgres(tmp_root / "pgdata", server_options=FAST_SERVER_OPTIONS)
-    return PgServer(admin_dsn=server.start(), embedded=server)
+    return TestDatabases(server.start(), server=server)
 
 
 def wait_until(

@@ -1,29 +1,41 @@
-"""Helpers to test your own job types against a real (test) PostgreSQL database.
+"""Test your own job types against a real PostgreSQL: a database per test, a worker per test.
 
-`run_job` enqueues one job exactly as the API would, runs it with a real worker of the
-engine until its attempt has ended, and returns the job as stored: its status, result,
-`last_error`, attempts. Handlers, fenced outputs, retries and timeouts all run for real::
+With jobrelay installed, pytest loads its plugin (`jobrelay.pytest_plugin`, the `pytest11`
+entry point), whose fixtures are built from the pieces here:
 
-    from jobrelay.testing import run_job
+* `TestDatabases`: a PostgreSQL server for a test session (`DATABASE_URL` when set, whose
+  role may create databases, else an embedded server in a temporary folder), a template
+  database migrated once, and a fresh copy of it per test (copying a template is fast).
+* `JobRunner`: runs the jobs of one test with a real worker of the engine: `run_job` enqueues
+  one job exactly as the API would and runs it until its attempt has ended; `drain` runs
+  every job the test enqueued (and their children) until none is left to run now. Handlers,
+  fenced outputs, retries and timeouts all run for real::
 
-    async def test_greet(db_dsn):
-        job = await run_job(job_types.registry(), db_dsn, "example.greet", {"name": "ada"})
+    async def test_greet(jobrelay_runner):
+        job = await jobrelay_runner.run_job("example.greet", {"name": "ada"})
         assert job.status == "completed" and job.result == {"greeting": "hello ada"}
 
-The database must be migrated (`jobrelay migrate`, or `jobrelay.testing.migrate(dsn)`).
-The worker claims only the job's concurrency class; other pending jobs of that class in the
-same database may run too, so give each test a database of its own.
+`run_job(registry, dsn, type, payload)` does the same without the plugin, on a database you
+migrated yourself (`jobrelay migrate`, or `jobrelay.testing.migrate(dsn)`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
 from jobrelay.db import migrate as _migrate
-from jobrelay.db.pool import open_pool
+from jobrelay.db.embedded import EmbeddedPostgres
+from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.jobs import JobStatus
 from jobrelay.jobs.enqueue import enqueue
 from jobrelay.jobs.models import Job
@@ -31,12 +43,171 @@ from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.service import get_job
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
-__all__ = ["migrate", "run_job"]
+__all__ = ["JobRunner", "TestDatabases", "migrate", "run_job"]
+
+# Durability is not under test in a throwaway server, and these keep a suite fast.
+FAST_SERVER_OPTIONS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
 
 def migrate(dsn: str) -> None:
     """Bring the database at `dsn` to jobrelay's newest schema."""
     _migrate.upgrade(dsn)
+
+
+class TestDatabases:
+    """A PostgreSQL server for tests: `create()` gives a fresh database at the newest schema
+    (a copy of a template migrated once), `drop(name)` removes it, `close()` ends it all."""
+
+    __test__ = False  # not a test class, whatever pytest's name rules say
+
+    def __init__(self, admin_dsn: str, *, server: Any | None = None) -> None:
+        self.admin_dsn = admin_dsn
+        self.server = server  # what `close()` stops: an embedded or system server, or None
+        self._template: str | None = None
+
+    @classmethod
+    def start(cls, folder: Path) -> TestDatabases:
+        """`DATABASE_URL` when set (its role must create databases), else an embedded
+        server with its data in `folder`."""
+        url = os.environ.get("DATABASE_URL")
+        if url:
+            return cls(url)
+        server = EmbeddedPostgres(folder / "pgdata", server_options=FAST_SERVER_OPTIONS)
+        return cls(server.start(), server=server)
+
+    def dsn(self, dbname: str) -> str:
+        """The DSN of database `dbname` on this server."""
+        return psycopg.conninfo.make_conninfo(self.admin_dsn, dbname=dbname)
+
+    def execute_admin(self, statement: str | sql.Composable) -> None:
+        """Run one statement on the server's admin connection (autocommit)."""
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+    def template(self) -> str:
+        """The name of the database migrated to the newest schema, made once per session."""
+        if self._template is None:
+            name = f"jobrelay_tpl_{os.getpid()}"
+            self.execute_admin(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            self.execute_admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            _migrate.upgrade(self.dsn(name))
+            self._template = name
+        return self._template
+
+    def create(self, *, migrated: bool = True) -> str:
+        """A fresh database (a copy of the template when `migrated`); returns its name."""
+        name = f"jobrelay_t_{uuid.uuid4().hex[:16]}"
+        if migrated:
+            statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.template())
+            )
+        else:
+            statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        self.execute_admin(statement)
+        return name
+
+    def drop(self, name: str) -> None:
+        """Drop database `name`, closing whatever is still connected to it."""
+        self.execute_admin(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+    def close(self) -> None:
+        """Drop the template and stop the server this object started."""
+        if self._template:
+            self.drop(self._template)
+            self._template = None
+        if self.server is not None:
+            self.server.stop()
+
+
+class JobRunner:
+    """Runs jobs of `registry` in the database of `pool` with a real worker, one call at a
+    time: `run_job` for one job's attempt, `drain` for everything there is to run now."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Connection],
+        registry: Registry,
+        *,
+        poll_interval_s: float = 0.02,
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self._poll_s = poll_interval_s
+
+    async def enqueue(self, type: str, payload: Mapping[str, Any]) -> Job:
+        """Enqueue one job as the API would (validated, deduplicated); returns it as stored."""
+        async with self.pool.connection() as conn:
+            enqueued = await enqueue(conn, self.registry, type, payload)
+            return await get_job(conn, enqueued.id)
+
+    async def run_job(
+        self, type: str, payload: Mapping[str, Any], *, timeout_s: float = 30.0
+    ) -> Job:
+        """Enqueue one `type` job and run it once; returns the stored job after the attempt.
+
+        A completed or failed job is returned as it ended; a retried one is returned pending
+        with `last_error` and `attempt_count == 1`. Raises `TimeoutError` when the attempt
+        has not ended within `timeout_s`, and `InvalidInput` when the payload does not
+        validate.
+        """
+        job = await self.enqueue(type, payload)
+        async with self._worker([job.concurrency_class], timeout_s):
+            deadline = time.monotonic() + timeout_s
+            while not _attempt_ended(job):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job.id} ({type}) did not end within {timeout_s} s")
+                await asyncio.sleep(self._poll_s)
+                async with self.pool.connection() as conn:
+                    job = await get_job(conn, job.id)
+        return job
+
+    async def drain(self, *, timeout_s: float = 30.0) -> list[Job]:
+        """Run jobs until none is pending and available now, nor running; returns every job
+        of the database, oldest first. Jobs waiting for a later time (a retry's backoff, a
+        delay) stay pending. Raises `TimeoutError` naming what is left after `timeout_s`."""
+        classes = sorted({*self.registry.classes, *(t.concurrency_class for t in self.registry)})
+        async with self._worker(classes, timeout_s):
+            deadline = time.monotonic() + timeout_s
+            while (left := await self._runnable()) > 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{left} jobs still to run after {timeout_s} s")
+                await asyncio.sleep(self._poll_s)
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute("SELECT * FROM jobs ORDER BY created_at, id")
+            return [Job.from_row(row) for row in await cursor.fetchall()]
+
+    async def _runnable(self) -> int:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT count(*) AS n FROM jobs WHERE status = 'in_progress'"
+                " OR (status = 'pending' AND role <> 'parent' AND available_at <= now())"
+            )
+            row = await cursor.fetchone()
+        return int(str(row["n"])) if row else 0
+
+    def _worker(self, classes: Sequence[str], timeout_s: float) -> _RunningWorker:
+        config = WorkerConfig(
+            slots=dict.fromkeys(classes, 4),
+            poll_interval_s=self._poll_s,
+            listen=False,
+            retention_s=None,
+            shutdown_grace_s=timeout_s,
+        )
+        return _RunningWorker(Worker(pool=self.pool, registry=self.registry, config=config))
+
+
+class _RunningWorker:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def __aenter__(self) -> Worker:
+        await self.worker.start()
+        return self.worker
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.worker.stop()
 
 
 async def run_job(
@@ -47,37 +218,11 @@ async def run_job(
     *,
     timeout_s: float = 30.0,
 ) -> Job:
-    """Enqueue one `type` job and run it once; returns the stored job after the attempt.
-
-    A completed or failed job is returned as it ended; a retried one is returned pending
-    with `last_error` and `attempt_count == 1`. Raises `TimeoutError` when the attempt has
-    not ended within `timeout_s`, and `InvalidInput` when the payload does not validate.
-    """
+    """Enqueue one `type` job in the (migrated) database at `dsn` and run it once; see
+    `JobRunner.run_job`."""
     pool = await open_pool(dsn, min_size=1, max_size=4)
     try:
-        async with pool.connection() as conn:
-            enqueued = await enqueue(conn, registry, type, payload)
-            job = await get_job(conn, enqueued.id)
-        config = WorkerConfig(
-            slots={job.concurrency_class: 1},
-            poll_interval_s=0.02,
-            listen=False,
-            retention_s=None,
-            shutdown_grace_s=timeout_s,
-        )
-        worker = Worker(pool=pool, registry=registry, config=config)
-        await worker.start()
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not _attempt_ended(job):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"job {job.id} ({type}) did not end within {timeout_s} s")
-                await asyncio.sleep(0.02)
-                async with pool.connection() as conn:
-                    job = await get_job(conn, enqueued.id)
-        finally:
-            await worker.stop()
-        return job
+        return await JobRunner(pool, registry).run_job(type, payload, timeout_s=timeout_s)
     finally:
         await pool.close()
 

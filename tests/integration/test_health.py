@@ -22,12 +22,12 @@ async def test_health_and_readiness_answer_200(db_dsn: str) -> None:
 
 
 async def test_readiness_is_503_problem_when_the_database_is_gone(pg_server: PgServer) -> None:
-    name = pg_server.create_database()
+    name = pg_server.create()
     settings = load_settings(db={"pool_min": 1, "pool_max": 1})
     async with build_services(settings, pg_server.dsn(name)) as services:
         transport = httpx.ASGITransport(app=create_app(services))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            pg_server.drop_database(name)  # FORCE ends the pooled connection too
+            pg_server.drop(name)  # FORCE ends the pooled connection too
             ready = await client.get("/readyz")
             alive = await client.get("/healthz")
     assert ready.status_code == 503

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 
 from jobrelay import __version__
 from jobrelay.api.limits import BodySizeLimit
-from jobrelay.api.openapi import install_openapi
+from jobrelay.api.openapi import install_openapi, operation_id
 from jobrelay.api.problems import install_problem_handlers
 from jobrelay.api.routes import (
     batches,
@@ -31,6 +32,7 @@ def create_app(services: Services) -> FastAPI:
         title="jobrelay",
         version=__version__,
         description="Durable jobs, batch outbox and Code2WF generations on PostgreSQL.",
+        generate_unique_id_function=operation_id,
     )
     app.state.services = services
     install_problem_handlers(app)
@@ -47,6 +49,12 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(console.router)
     app.include_router(metrics.router)
     app.mount("/ui", create_ui(services))
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        # A browser pointed at the API's address lands on the console, not a JSON 404.
+        return RedirectResponse("/ui/", status_code=307)
+
     # Development only: production refuses local auth at startup, and even a production
     # object built in-process (tests, embedding) never publishes the local issuer's keys.
     if services.local_issuer is not None and services.settings.env == "development":

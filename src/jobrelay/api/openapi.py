@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from jobrelay.api.problems import PROBLEM_JSON
@@ -44,6 +45,34 @@ _DESCRIPTIONS = {
     "413": "Request body too large",
     "422": "Invalid request (field paths in `errors`)",
 }
+
+
+# Operation ids are the names generated clients give their methods (`createBatch`,
+# `getBatch`): the route function's name in camelCase, or the name below where the function's
+# own does not say what the operation does. Part of the API: a test pins every one, so a
+# renamed Python function never renames a client's method.
+_OPERATION_NAMES = {
+    "healthz": "getHealth",
+    "readyz": "getReadiness",
+    "me": "getMe",
+    "job_attempts": "listJobAttempts",
+    "media_status": "getMediaStatus",
+    "list_items": "listBatchItems",
+    "worker_outcome": "receiveWorkerWebhook",
+    "discover_code2wf": "listCode2wf",
+    "console_overview": "getConsoleOverview",
+    "console_health": "getConsoleHealth",
+    "local_jwks": "getLocalJwks",
+}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The operation id of `route` (FastAPI's `generate_unique_id_function`)."""
+    named = _OPERATION_NAMES.get(route.name)
+    if named is not None:
+        return named
+    first, *rest = route.name.split("_")
+    return first + "".join(word[:1].upper() + word[1:] for word in rest)
 
 
 def install_openapi(app: FastAPI, registry: Registry) -> None:

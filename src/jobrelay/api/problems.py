@@ -50,15 +50,28 @@ def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts)
 
 
+def _validation_problem(error: Any, body: Any) -> dict[str, str]:
+    """One field problem of FastAPI's validation; a body that is not JSON points at `body`
+    with the line and column where parsing stopped (FastAPI's own path is a character
+    offset)."""
+    if error.get("type") == "json_invalid" and isinstance(body, str):
+        offset = next((p for p in error.get("loc", ())[1:] if isinstance(p, int)), 0)
+        line = body.count("\n", 0, offset) + 1
+        column = offset - (body.rfind("\n", 0, offset) + 1) + 1
+        reason = (error.get("ctx") or {}).get("error") or "JSON decode error"
+        return {
+            "path": "body",
+            "message": f"invalid JSON at line {line}, column {column}: {reason}",
+        }
+    return {"path": _field_path(error.get("loc", ())), "message": error.get("msg", "invalid")}
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Route every error the app can raise to a problem+json response."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"path": _field_path(e.get("loc", ())), "message": e.get("msg", "invalid")}
-            for e in exc.errors()
-        ]
+        errors = [_validation_problem(e, exc.body) for e in exc.errors()]
         return problem(
             422, "validation", "Invalid request", "the request is invalid", errors=errors
         )
