@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 # Classic BPF, offsets relative to the network header (SKF_NET_OFF), so the program does not
 # depend on where the device puts skb->data. Returns TC_ACT_SHOT (2) to drop, TC_ACT_UNSPEC
 # (-1) to let the packet go on.
@@ -126,11 +128,12 @@ class Blackhole:
 
 
 class TcpRelay:
-    """Forward 127.0.0.1:`port` (a free one) to `target_host`:`target_port`, byte for byte,
-    one thread pair per connection. Cut its port with `Blackhole(relay.port)`."""
+    """Forward 127.0.0.1:`port` (a free one) to `target`, byte for byte, one thread pair per
+    connection. `target` is (host, port) or the path of a Unix socket. Cut its port with
+    `Blackhole(relay.port)`."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self._target = (target_host, target_port)
+    def __init__(self, target: tuple[str, int] | str) -> None:
+        self._target = target
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._closed = threading.Event()
@@ -159,15 +162,37 @@ class TcpRelay:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self._target, timeout=5)
+                upstream = _connect(self._target)
             except OSError:
                 _close_quietly(client)
                 continue
-            upstream.settimeout(None)
             with self._lock:
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+
+def postgres_relay(dsn: str) -> tuple[TcpRelay, str]:
+    """A relay to the server of `dsn` (TCP or Unix socket) and the DSN that goes through it."""
+    params = conninfo_to_dict(dsn)
+    host = str(params.get("host") or "127.0.0.1")
+    port = int(params.get("port") or 5432)
+    target: tuple[str, int] | str = (
+        f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+    )
+    relay = TcpRelay(target)
+    return relay, make_conninfo(dsn, host="127.0.0.1", port=relay.port)
+
+
+def _connect(target: tuple[str, int] | str) -> socket.socket:
+    if isinstance(target, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)
+        sock.connect(target)
+    else:
+        sock = socket.create_connection(target, timeout=5)
+    sock.settimeout(None)
+    return sock
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:

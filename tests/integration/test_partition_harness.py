@@ -42,7 +42,7 @@ def _roundtrip(sock: socket.socket, data: bytes) -> bytes:
 def test_a_cut_port_stops_answering_and_heals(echo_port: int) -> None:
     if (reason := unavailable()) is not None:
         pytest.skip(reason)
-    with TcpRelay("127.0.0.1", echo_port) as relay, TcpRelay("127.0.0.1", echo_port) as other:
+    with TcpRelay(("127.0.0.1", echo_port)) as relay, TcpRelay(("127.0.0.1", echo_port)) as other:
         cut = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
         spared = socket.create_connection(("127.0.0.1", other.port), timeout=5)
         assert _roundtrip(cut, b"before") == b"before"
