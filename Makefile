@@ -42,7 +42,8 @@ test: system-packages lint typecheck layers
 
 # The suites that take minutes by design (chaos scenarios at 1/10 scale, a minute of
 # rate-limit windows, 30 s of schedule ticks, the many-process fleet, the console in
-# Chromium, the CLI's longest run of one-shot processes): kept out of `make test` so it
+# Chromium, the CLI's longest run of one-shot processes, schemathesis, two relays x 2,000
+# items, the e2e kill and restart): kept out of `make test` so it
 # stays under 10 minutes on 2 cores; CI (.ci/run)
 # runs them after it.
 test-long: SYSTEM_PACKAGES = pgbouncer chromium

@@ -161,7 +161,9 @@ def running_api(db_dsn: str, issuer_dir: Path) -> Iterator[str]:
         process.wait(timeout=30)
 
 
+# 18-47 s of generated requests: in make test-long (CI runs it), keeping make test in budget.
 @pytest.mark.slow
+@pytest.mark.long
 def test_schemathesis_finds_no_server_error_or_schema_violation(
     running_api: str, db_dsn: str, issuer_dir: Path, tmp_path: Path
 ) -> None:

@@ -125,6 +125,8 @@ async def test_a_50_item_batch_completes_end_to_end(
     assert await _manifests_match_their_hashes(db_dsn, aws, aws_resources.bucket) == 50
 
 
+# 15-27 s of kills and restarts: in make test-long (CI runs it), keeping make test in budget.
+@pytest.mark.long
 async def test_a_sqs_worker_killed_mid_run_and_an_api_restart_do_not_stop_the_batch(
     db_dsn: str,
     emulator_url: str,

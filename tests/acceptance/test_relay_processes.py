@@ -58,6 +58,8 @@ def _scalar(dsn: str, sql: str, *params: object) -> object:
     return row[0] if row else None
 
 
+# 18-41 s of two relay processes: in make test-long (CI runs it), keeping make test in budget.
+@pytest.mark.long
 async def test_two_relays_deliver_2000_items_once_each(
     api: ApiHarness,
     db_dsn: str,
