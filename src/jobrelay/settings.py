@@ -115,6 +115,17 @@ class PoolOptions(TypedDict):
     wait_s: float | None
     transaction_pooler: bool
     idle_in_transaction_timeout_s: float
+    call_deadline_s: float | None
+
+
+class NetworkOptions(TypedDict):
+    """The keyword arguments of `jobrelay.db.network.NetworkTimeouts`."""
+
+    connect_timeout_s: float
+    keepalives_idle_s: float
+    keepalives_interval_s: float
+    keepalives_count: int
+    tcp_user_timeout_s: float
 
 
 class DatabaseSettings(_Group):
@@ -161,9 +172,53 @@ class DatabaseSettings(_Group):
     )
     connect_timeout_s: float = Field(
         validation_alias="db_connect_timeout_s",
-        default=5.0,
+        default=2.0,
         gt=0,
-        description="How long one connection attempt may take, in seconds.",
+        allow_inf_nan=False,
+        description="How long one connection attempt may take, in seconds (libpq rounds up "
+        "to whole seconds, at least 2). Short, so that a process cut off from the database "
+        "tries again often and is connected again soon after the network heals.",
+    )
+    keepalives_idle_s: float = Field(
+        validation_alias="db_keepalives_idle_s",
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A database connection silent this long gets a TCP keepalive probe "
+        "(whole seconds): a peer that stopped answering is found even while the connection "
+        "waits for a reply.",
+    )
+    keepalives_interval_s: float = Field(
+        validation_alias="db_keepalives_interval_s",
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds between unanswered keepalive probes (whole seconds).",
+    )
+    keepalives_count: int = Field(
+        validation_alias="db_keepalives_count",
+        default=3,
+        ge=1,
+        description="Unanswered keepalive probes that end a database connection.",
+    )
+    tcp_user_timeout_s: float = Field(
+        validation_alias="db_tcp_user_timeout_s",
+        default=2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A database connection whose sent data or keepalive probe stays "
+        "unacknowledged this long is ended by the kernel (Linux TCP_USER_TIMEOUT): a silent "
+        "network fails the call in about this time instead of about 15 minutes.",
+    )
+    call_deadline_s: float = Field(
+        validation_alias="db_call_deadline_s",
+        default=30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="The longest a long-running process (API, worker, relay) may hold a "
+        "pooled connection for one call; past it the connection is cut and discarded (a "
+        "server that acknowledges packets but never answers). One-shot `ops` commands have "
+        "none.",
     )
     idle_in_transaction_timeout_s: float = Field(
         validation_alias="db_idle_in_transaction_timeout_s",
@@ -196,10 +251,12 @@ class DatabaseSettings(_Group):
         min_size: int | None = None,
         max_size: int | None = None,
         wait_s: float | None = None,
+        bounded_calls: bool = True,
     ) -> PoolOptions:
         """`open_pool`'s keyword arguments for one process; `min_size` and `max_size`
         default to JOBRELAY_DB_POOL_MIN and JOBRELAY_DB_POOL_MAX, `wait_s` to none (the
-        pool's own connect-timeout-based wait)."""
+        pool's own connect-timeout-based wait). `bounded_calls=False` (commands that run
+        long statements on purpose) lends connections without JOBRELAY_DB_CALL_DEADLINE_S."""
         return PoolOptions(
             min_size=self.pool_min if min_size is None else min_size,
             max_size=self.pool_max if max_size is None else max_size,
@@ -207,6 +264,18 @@ class DatabaseSettings(_Group):
             wait_s=wait_s,
             transaction_pooler=self.through_transaction_pooler,
             idle_in_transaction_timeout_s=self.idle_in_transaction_timeout_s,
+            call_deadline_s=self.call_deadline_s if bounded_calls else None,
+        )
+
+    def network_options(self) -> NetworkOptions:
+        """`NetworkTimeouts`' keyword arguments: how long a connection may wait on a silent
+        network."""
+        return NetworkOptions(
+            connect_timeout_s=self.connect_timeout_s,
+            keepalives_idle_s=self.keepalives_idle_s,
+            keepalives_interval_s=self.keepalives_interval_s,
+            keepalives_count=self.keepalives_count,
+            tcp_user_timeout_s=self.tcp_user_timeout_s,
         )
 
 

@@ -41,7 +41,7 @@ def test_conninfo_keeps_what_the_dsn_sets() -> None:
     assert params["keepalives_idle"] == "30"
     assert params["tcp_user_timeout"] == "1500"
     assert params["keepalives"] == "1"
-    assert params["connect_timeout"] == "5"
+    assert params["connect_timeout"] == "2"
 
 
 async def test_a_silent_connection_fails_within_its_user_timeout(

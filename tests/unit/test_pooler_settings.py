@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from structlog.testing import capture_logs
 
 from jobrelay.bootstrap import jobs_registry, worker_config
@@ -38,9 +39,14 @@ def test_a_transaction_pooler_listens_on_the_direct_url(monkeypatch: pytest.Monk
         JOBRELAY_DATABASE_POOLER="transaction",
         JOBRELAY_DATABASE_DIRECT_URL=DIRECT,
     )
-    assert listen_conninfo(settings, "relay") == DIRECT
+    # The direct URL, with the network timeouts every connection gets (issue 24).
+    listen = listen_conninfo(settings, "relay")
+    assert listen is not None
+    params = conninfo_to_dict(listen)
+    assert (params["host"], params["port"], params["dbname"]) == ("127.0.0.1", "5432", "jobs")
+    assert params["tcp_user_timeout"] == "2000" and params["keepalives"] == "1"
     config = worker_config(settings, jobs_registry(settings))
-    assert config.listen and config.listen_conninfo == DIRECT
+    assert config.listen and config.listen_conninfo == listen
     assert not config.claim_session_settings, "session SETs would leak through the pooler"
 
 

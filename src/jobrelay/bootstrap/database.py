@@ -18,6 +18,7 @@ from jobrelay.db.embedded import (
     EmbeddedPostgres,
     EmbeddedPostgresError,
 )
+from jobrelay.db.network import NetworkTimeouts
 from jobrelay.db.pool import check_connection, check_transaction_pooler
 from jobrelay.loops import wait_or_stop
 from jobrelay.settings import Settings
@@ -30,7 +31,7 @@ def listen_conninfo(settings: Settings, component: str) -> str | None:
     pool's own connection string, "" for none (poll only: logged here, once per component).
     """
     if settings.db.url and settings.db.direct_url:
-        return settings.db.direct_url
+        return bounded_dsn(settings, settings.db.direct_url)
     if settings.db.through_transaction_pooler:
         log.warning(
             "database.listen_unavailable",
@@ -44,11 +45,19 @@ def listen_conninfo(settings: Settings, component: str) -> str | None:
     return None
 
 
+def bounded_dsn(settings: Settings, dsn: str) -> str:
+    """`dsn` with the settings' TCP keepalives, user timeout and connect timeout, so that
+    every connection made from it notices a silent network within seconds (what the DSN
+    sets itself wins)."""
+    return NetworkTimeouts(**settings.db.network_options()).conninfo(dsn)
+
+
 @contextmanager
 def database(
     settings: Settings, *, run_migrations: bool = True, own_stack: bool = False
 ) -> Iterator[str]:
-    """Yield the DSN to use: `DATABASE_URL`, or the embedded server of `data_dir`.
+    """Yield the DSN to use: `DATABASE_URL`, or the embedded server of `data_dir`, with the
+    network timeouts of the settings (`bounded_dsn`).
 
     The embedded server is started here and stopped on exit, unless a running `jobrelay up`
     already owns it (its pid in `data_dir/up.pid`): then commands such as `admin`, `ops` and
@@ -60,13 +69,13 @@ def database(
                 check_transaction_pooler(settings.db.url, timeout_s=settings.db.connect_timeout_s)
             )
         if run_migrations:  # DDL and the version table want a session: the direct URL
-            _migrate(settings.db.direct_url or settings.db.url, settings)
-        yield settings.db.url
+            _migrate(bounded_dsn(settings, settings.db.direct_url or settings.db.url), settings)
+        yield bounded_dsn(settings, settings.db.url)
         return
     server = EmbeddedPostgres(settings.pgdata_dir)
     owner_file = settings.data_dir.resolve() / "up.pid"
     if not own_stack and server.running_pid() is not None and _alive_pid_in(owner_file):
-        yield server.dsn()
+        yield bounded_dsn(settings, server.dsn())
         return
     try:
         dsn = server.start()
@@ -77,7 +86,7 @@ def database(
             owner_file.write_text(str(os.getpid()))
         if run_migrations:
             _migrate(dsn, settings)
-        yield dsn
+        yield bounded_dsn(settings, dsn)
     finally:
         if own_stack:
             owner_file.unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from jobrelay.bootstrap.local_stack import aws_endpoint
 from jobrelay.children.service import ChildService
 from jobrelay.console import ConsoleService
 from jobrelay.content.service import MediaService
+from jobrelay.db.network import deadline
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.errors import NotFound
 from jobrelay.generations.code2wf import Code2WfService
@@ -63,11 +64,17 @@ class Services:
             raise
         return body
 
-    async def database_ready(self, timeout_s: float = 2.0) -> bool:
-        """True when a pooled connection answers `SELECT 1` within `timeout_s`."""
+    async def database_ready(self, timeout_s: float = 0.8) -> bool:
+        """True when a pooled connection answers `SELECT 1` within `timeout_s`, waiting for
+        the connection included. A connection that does not answer in time is severed, not
+        cancelled (a cancel request would cross the same silent network and hang)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
         try:
-            async with asyncio.timeout(timeout_s), self.pool.connection() as conn:
-                await conn.execute("SELECT 1")
+            async with self.pool.connection(timeout=timeout_s) as conn:
+                left = max(give_up - loop.time(), 0.01)
+                async with deadline(conn, left, what="the readiness check"):
+                    await conn.execute("SELECT 1")
         except Exception:
             return False
         return True
@@ -78,15 +85,25 @@ class Services:
 
 @asynccontextmanager
 async def build_services(
-    settings: Settings, dsn: str, endpoint: AwsEndpoint | None = None, *, serves_api: bool = False
+    settings: Settings,
+    dsn: str,
+    endpoint: AwsEndpoint | None = None,
+    *,
+    serves_api: bool = False,
+    bounded_calls: bool = True,
 ) -> AsyncIterator[Services]:
     """Open the pool and clients for one process and close them on exit.
 
     `serves_api`: requests wait at most `JOBRELAY_API_DB_WAIT_S` for a connection (then 503),
     instead of the connect-timeout-based wait that suits background loops.
+    `bounded_calls=False`: no JOBRELAY_DB_CALL_DEADLINE_S on borrowed connections (the
+    `ops` commands, whose conversions run long statements on purpose).
     """
     pool = await open_pool(
-        dsn, **settings.db.pool_options(wait_s=settings.api.db_wait_s if serves_api else None)
+        dsn,
+        **settings.db.pool_options(
+            wait_s=settings.api.db_wait_s if serves_api else None, bounded_calls=bounded_calls
+        ),
     )
     issuer = local_issuer(settings) if settings.auth.mode == "local" else None
     aws = endpoint or aws_endpoint(settings)

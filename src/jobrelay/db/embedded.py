@@ -135,6 +135,13 @@ class EmbeddedPostgres:
             "listen_addresses": "''",
             "unix_socket_directories": f"'{self.socket_dir}'",
             "max_connections": "200",
+            # A server reached over TCP (a listen address added by hand, a port forward)
+            # finds a client gone silent within seconds too and ends its backend, which
+            # frees the client's locks (no effect on the socket the stack uses).
+            "tcp_keepalives_idle": "5",
+            "tcp_keepalives_interval": "2",
+            "tcp_keepalives_count": "3",
+            "tcp_user_timeout": "10000",
         }
         conf = self.pgdata / "jobrelay.conf"
         conf.write_text(

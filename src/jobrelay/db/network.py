@@ -44,7 +44,7 @@ class NetworkTimeouts:
     caps the keepalive probing).
     """
 
-    connect_timeout_s: float = 5.0
+    connect_timeout_s: float = 2.0
     keepalives_idle_s: float = 1.0
     keepalives_interval_s: float = 1.0
     keepalives_count: int = 3

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import version
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -13,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool, pool_async
 from psycopg_pool.base import AttemptWithBackoff
 
 from jobrelay.db.errors import DatabaseUnavailable, PoolerMismatch, describe_dsn
+from jobrelay.db.network import deadline
 
 Connection = psycopg.AsyncConnection[dict[str, object]]
 
@@ -53,6 +55,54 @@ def _install_capped_reconnect() -> None:
     setattr(pool_async, "AttemptWithBackoff", _CappedAttempt)  # noqa: B010
 
 
+class BoundedPool(AsyncConnectionPool[Connection]):
+    """A pool whose every borrow lasts at most `call_deadline_s` (None: no limit).
+
+    Past the deadline the borrowed connection is severed (`jobrelay.db.network.deadline`):
+    the call fails with `DeadlineExceeded` at once and the pool discards the connection,
+    instead of the borrower waiting on a server that acknowledges packets but never answers.
+    The kernel's keepalives and TCP user timeout (set on the DSN) already end a connection
+    whose network went silent within seconds; this is the bound on everything else.
+    """
+
+    def __init__(self, *args: Any, call_deadline_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.call_deadline_s = call_deadline_s
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the signature it overrides)
+    ) -> AsyncIterator[Connection]:
+        async with super().connection(timeout) as conn:
+            what = f"a call on a connection of {self.name}"
+            async with deadline(conn, self.call_deadline_s, what=what):
+                yield conn
+
+
+def companion_pool(
+    pool: AsyncConnectionPool[Connection],
+    *,
+    name: str,
+    max_size: int,
+    configure: Callable[[Connection], Awaitable[None]] | None = None,
+) -> BoundedPool:
+    """A pool of its own (not opened) to the database of `pool`, with the same connection
+    options and call deadline: for work that must not queue behind that pool's borrowers."""
+    return BoundedPool(
+        pool.conninfo,
+        connection_class=pool.connection_class,
+        kwargs=pool.kwargs,
+        min_size=min(1, max_size),
+        max_size=max_size,
+        timeout=pool.timeout,
+        configure=configure,
+        open=False,
+        name=name,
+        call_deadline_s=getattr(pool, "call_deadline_s", None),
+    )
+
+
 async def open_pool(
     dsn: str,
     *,
@@ -62,7 +112,8 @@ async def open_pool(
     wait_s: float | None = None,
     transaction_pooler: bool = False,
     idle_in_transaction_timeout_s: float = 0.0,
-) -> AsyncConnectionPool[Connection]:
+    call_deadline_s: float | None = None,
+) -> BoundedPool:
     """Open a pool of dict-row connections; fail fast with `DatabaseUnavailable`.
 
     `wait_s` is how long a borrower waits for a connection before `PoolTimeout` (default:
@@ -75,6 +126,7 @@ async def open_pool(
     left idle inside a transaction that long, so a frozen process (SIGSTOP, a debugger, a
     stalled VM) does not hold its row locks, and the xmin horizon, until it wakes. Through a
     transaction pooler a session setting would leak to other clients: set it on the role.
+    `call_deadline_s`: the longest one borrow may last (`BoundedPool`); None: no limit.
     """
     _install_capped_reconnect()
     await check_connection(dsn, timeout_s=timeout_s)
@@ -92,7 +144,7 @@ async def open_pool(
                 )
             )
 
-    pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+    pool = BoundedPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
@@ -101,6 +153,7 @@ async def open_pool(
         timeout=timeout_s * 6 if wait_s is None else wait_s,
         open=False,
         name="jobrelay",
+        call_deadline_s=call_deadline_s,
     )
     await pool.open(wait=min_size > 0, timeout=timeout_s * 2)
     return pool

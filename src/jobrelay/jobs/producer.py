@@ -31,7 +31,7 @@ from collections import Counter
 
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.db.pool import Connection
+from jobrelay.db.pool import Connection, companion_pool
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.completer import count_lost
@@ -79,16 +79,11 @@ class Producer:
         self._task: asyncio.Task[None] | None = None
         # Claims run on a connection of their own, set up for claims only (no durable
         # commit to wait for, one generic plan); everything else uses the shared pool.
-        self.claim_pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-            pool.conninfo,
-            connection_class=pool.connection_class,
-            kwargs=pool.kwargs,
-            min_size=1,
-            max_size=1,
-            timeout=pool.timeout,
-            configure=claims.configure_claim_session if config.claim_session_settings else None,
-            open=False,
+        self.claim_pool: AsyncConnectionPool[Connection] = companion_pool(
+            pool,
             name=f"{pool.name}-claims",
+            max_size=1,
+            configure=claims.configure_claim_session if config.claim_session_settings else None,
         )
 
     @property

@@ -41,7 +41,7 @@ def _run(action: Callable[[AsyncConnectionPool[Any]], Awaitable[Any]]) -> Any:
     settings = load_cli_settings()
 
     async def go(dsn: str) -> Any:
-        async with build_services(settings, dsn) as services:
+        async with build_services(settings, dsn, bounded_calls=False) as services:
             return await action(services.pool)
 
     with database(settings) as dsn:
