@@ -77,7 +77,8 @@ def _enqueue(dsn: str, count: int, seconds: float) -> list[str]:
     payload = json.dumps({"seconds": seconds})
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "INSERT INTO jobs (id, type, payload) SELECT gen_random_uuid(), 'diag.sleep', %s::jsonb "
+            "INSERT INTO jobs (id, type, payload) "
+            "SELECT gen_random_uuid(), 'diag.sleep', %s::jsonb "
             "FROM generate_series(1, %s) RETURNING id",
             [payload, count],
         ).fetchall()
