@@ -340,6 +340,21 @@ class AwsSettings(_Group):
         default="jobrelay-results",
         description="Bucket of worker results.",
     )
+    connect_timeout_s: float = Field(
+        validation_alias="aws_connect_timeout_s",
+        default=2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long opening a connection to SQS or S3 may take, in seconds.",
+    )
+    read_timeout_s: float = Field(
+        validation_alias="aws_read_timeout_s",
+        default=10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long an SQS or S3 call may wait for bytes of its answer, in seconds "
+        "(a long poll's own wait comes on top): a silent endpoint fails a call in this time.",
+    )
 
 
 class SqsSettings(_Group):
@@ -593,6 +608,15 @@ class RelaySettings(_Group):
         default=90.0,
         gt=0,
         description="How long a relay's claim on an item lasts.",
+    )
+    send_timeout_s: float = Field(
+        validation_alias="relay_send_timeout_s",
+        default=10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long one SendMessageBatch call may take; one that does not answer "
+        "in time is an outage of the queue endpoint (its items are given back uncounted and "
+        "the relay's circuit opens), not a failed attempt.",
     )
     claim_size: int = Field(
         validation_alias="relay_claim_size",

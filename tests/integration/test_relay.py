@@ -130,7 +130,7 @@ async def test_per_entry_failures_retry_then_fail_the_child_on_the_third(
     }  # fmt: skip
 
 
-async def test_sqs_unavailable_counts_attempts_and_recovery_sends_the_rest(
+async def test_an_unreachable_queue_fails_nothing_and_a_refusing_one_counts_attempts(
     api: ApiHarness,
     db_dsn: str,
     pool: AsyncConnectionPool[Connection],
@@ -140,35 +140,60 @@ async def test_sqs_unavailable_counts_attempts_and_recovery_sends_the_rest(
     queue = aws_resources.queues.work
     nowhere = AwsEndpoint(region="us-east-1", endpoint_url=f"http://127.0.0.1:{free_port()}")
     scope = await api.tenant("alice")
-    lost = await create_batch(api, scope, page_items(3))
+    kept = await create_batch(api, scope, page_items(3))
     no_retries = AioConfig(retries={"max_attempts": 1})
-    async with SqsSender(nowhere, queue_url=queue, config=no_retries) as down:
-        relay_down = Relay(pool=pool, sender=down, config=FAST)
-        for attempt in (1, 2, 3):
-            result = await relay_down.run_once()
-            assert result.claimed == 3
-            assert [r["dispatch_attempts"] for r in _items(db_dsn, lost["id"])] == [attempt] * 3
-        rows = _items(db_dsn, lost["id"])
-        assert all(r["status"] == "2" and r["error_message"] for r in rows)
-        assert "EndpointConnectionError" in rows[0]["error_message"]
-        assert (await _status(api, lost["id"]))["status"] == "2"
 
-        kept = await create_batch(api, scope, page_items(3, start=10))
-        assert (await relay_down.run_once()).retried == 3
-    async with SqsSender(aws, queue_url=queue) as up:  # SQS is back
-        result = await Relay(pool=pool, sender=up, config=FAST).run_once()
-    assert result.sent == 3
-    rows = _items(db_dsn, kept["id"])
-    assert [r["dispatch_attempts"] for r in rows] == [2, 2, 2]
-    assert all(r["dispatched_at"] for r in rows)
-    messages = await drain(aws, queue)
-    assert sorted(json.loads(m["Body"])["page_import_id"] for m in messages) == sorted(
-        r["job_id"] for r in rows
-    )
-    for child in (r["job_id"] for r in rows):
-        await post_webhook(api.client, outcome(child))
-    assert (await _status(api, kept["id"]))["status"] == "1"
-    assert (await _status(api, lost["id"]))["status"] == "2"
+    class Switch:
+        """The queue as the relay sees it: down (nothing listens), then back."""
+
+        def __init__(self, inner: MessageSender) -> None:
+            self.inner = inner
+
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+            return await self.inner.send_batch(messages)
+
+    async with (
+        SqsSender(nowhere, queue_url=queue, config=no_retries) as down,
+        SqsSender(aws, queue_url=queue) as up,
+    ):
+        switch = Switch(down)
+        relay = Relay(pool=pool, sender=switch, config=FAST, endpoint="the test queue")
+        with capture_logs() as logs:
+            for _ in range(3):  # an outage: the attempt is given back, never counted
+                result = await relay.run_once()
+                assert (result.claimed, result.given_back, result.retried) == (3, 3, 0)
+                rows = _items(db_dsn, kept["id"])
+                assert [r["dispatch_attempts"] for r in rows] == [0, 0, 0]
+                assert all(r["lease_until"] is None and r["status"] == "0" for r in rows)
+            assert relay.circuit.is_open
+            switch.inner = up  # the queue answers again
+            result = await relay.run_once(probe=True)
+            assert (result.claimed, result.sent) == (1, 1)
+            assert not relay.circuit.is_open
+            assert (await relay.run_once()).sent == 2
+        events = [e for e in logs if e["event"].startswith("relay.circuit")]
+        assert [e["event"] for e in events] == ["relay.circuit_open", "relay.circuit_closed"]
+        assert events[0]["endpoint"] == "the test queue"
+        assert "EndpointConnectionError" in events[0]["error"]
+        rows = _items(db_dsn, kept["id"])
+        assert all(r["dispatched_at"] and r["dispatch_attempts"] == 1 for r in rows)
+
+    class Refuse:
+        """A queue that answers and refuses the call (access denied, a bad parameter)."""
+
+        async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+            raise RuntimeError("AccessDenied: not allowed")
+
+    refused = await create_batch(api, scope, page_items(3, start=10))
+    relay = Relay(pool=pool, sender=Refuse(), config=FAST)
+    for attempt in (1, 2, 3):
+        result = await relay.run_once()
+        assert (result.claimed, result.given_back) == (3, 0)
+        assert [r["dispatch_attempts"] for r in _items(db_dsn, refused["id"])] == [attempt] * 3
+    rows = _items(db_dsn, refused["id"])
+    assert all(r["status"] == "2" and "AccessDenied" in r["error_message"] for r in rows)
+    assert (await _status(api, refused["id"]))["status"] == "2"
+    assert not relay.circuit.is_open
 
 
 async def test_the_sweep_fails_an_expired_last_claim_and_stale_records_are_ignored(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.relay import RelayConfig
 from jobrelay.bootstrap import jobs_registry, worker_config
+from jobrelay.bootstrap.database import bounded_dsn
 from jobrelay.cli.main import _setting_error
 from jobrelay.settings import load_settings
 
@@ -78,6 +80,39 @@ def test_an_invalid_grouped_setting_is_one_line_naming_its_variable(
         "settings: Value error, JOBRELAY_SQS_WORKER_HEARTBEAT_S must be shorter than "
         "JOBRELAY_SQS_WORKER_VISIBILITY_TIMEOUT_S",
     ]
+
+
+NETWORK_TIMEOUTS = [
+    "JOBRELAY_DB_CONNECT_TIMEOUT_S",
+    "JOBRELAY_DB_KEEPALIVES_IDLE_S",
+    "JOBRELAY_DB_KEEPALIVES_INTERVAL_S",
+    "JOBRELAY_DB_KEEPALIVES_COUNT",
+    "JOBRELAY_DB_TCP_USER_TIMEOUT_S",
+    "JOBRELAY_DB_CALL_DEADLINE_S",
+    "JOBRELAY_AWS_CONNECT_TIMEOUT_S",
+    "JOBRELAY_AWS_READ_TIMEOUT_S",
+    "JOBRELAY_RELAY_SEND_TIMEOUT_S",
+]
+
+
+@pytest.mark.parametrize("name", NETWORK_TIMEOUTS)
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_network_timeout_that_is_not_a_positive_number_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as info:
+        load_settings()
+    [line] = [_setting_error(err) for err in info.value.errors()]
+    assert line.startswith(f"setting {name}: "), line
+
+
+def test_the_network_timeouts_go_into_every_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBRELAY_DB_TCP_USER_TIMEOUT_S", "3.5")
+    monkeypatch.setenv("JOBRELAY_DB_KEEPALIVES_IDLE_S", "4")
+    params = conninfo_to_dict(bounded_dsn(load_settings(), "postgresql://u@db/app"))
+    assert params["tcp_user_timeout"] == "3500" and params["keepalives_idle"] == "4"
+    assert params["connect_timeout"] == "2" and params["keepalives_count"] == "3"
 
 
 def test_updated_replaces_fields_of_a_group_and_refuses_unknown_names() -> None:

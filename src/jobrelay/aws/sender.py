@@ -6,8 +6,11 @@ Contract (every implementation keeps it; the relay and the Code2WF dispatch rely
   `chunk_messages`).
 - Each message succeeds or fails on its own. The answer names every message exactly once:
   `accepted` maps its `item_id` to the queue's message id, `failed` to a short reason.
-- A call that fails as a whole (the queue is unreachable, the request timed out) raises:
-  nothing is known to have been accepted, and the caller treats every message as failed.
+- A call that fails as a whole raises: nothing is known to have been accepted. When the
+  queue could not be reached or did not answer (a connection error, a timeout, a 5xx or
+  throttling answer) it raises `QueueUnreachable`: an outage, which says nothing about the
+  messages (the relay gives them back without counting the attempt and opens its circuit).
+  Any other error (an access or configuration error) fails every message of the call.
 - A message may be accepted although the caller later sees a failure (a lost answer), so
   delivery is at least once; the same `item_id` and body may be sent again and the receiving
   side is idempotent on the child id.
@@ -48,6 +51,15 @@ class SendResult:
     """Message id given by the queue, per accepted message."""
     failed: Mapping[str, str] = field(default_factory=dict)
     """Reason, per rejected message."""
+
+
+class QueueUnreachable(Exception):
+    """The queue endpoint could not be reached or did not answer: nothing was refused."""
+
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"{endpoint}: {reason}")
+        self.endpoint = endpoint
+        self.reason = reason
 
 
 class MessageSender(Protocol):

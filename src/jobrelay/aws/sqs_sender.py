@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from aiobotocore.config import AioConfig
 
-from jobrelay.aws.clients import AwsEndpoint, sqs_client
-from jobrelay.aws.sender import OutgoingMessage, SendResult
+from jobrelay.aws.clients import AwsEndpoint, sqs_client, unreachable_reason
+from jobrelay.aws.sender import OutgoingMessage, QueueUnreachable, SendResult
 
 if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
@@ -77,8 +77,23 @@ class SqsSender:
             self._queue_url = str(response["QueueUrl"])
         return self._queue_url
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint it sends to, as logs name it."""
+        return self._endpoint.describe()
+
     async def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
-        """One `SendMessageBatch` call (see the port's contract)."""
+        """One `SendMessageBatch` call (see the port's contract): an unreachable queue
+        raises `QueueUnreachable`."""
+        try:
+            return await self._send_batch(messages)
+        except Exception as exc:
+            reason = unreachable_reason(exc)
+            if reason is None:
+                raise
+            raise QueueUnreachable(self.endpoint, reason) from exc
+
+    async def _send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
         client = await self._open()
         queue_url = await self.queue_url()
         entries: list[SendMessageBatchRequestEntryTypeDef] = []

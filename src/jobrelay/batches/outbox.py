@@ -4,7 +4,8 @@ to the children of items that fail for good), one function per verb.
 - `claim`: lease due items (one short transaction on the claim lock, `claim_items.sql`).
 - `record`: after a send, in one transaction: `record_sent` (accepted, guarded by the claimed
   attempt), `retry_later` (failed, attempts left), `fail` (failed on the last attempt; the
-  item's error, then its child fails: `fail_children`).
+  item's error, then its child fails: `fail_children`), `give_back` (not sent because the
+  queue was unreachable: the attempt is not counted, the lease ends).
 - `sweep_expired`: items whose last claim expired without a recorded send fail the same way.
 - `settle_cancels`: finish the cancels of large batches in short transactions.
 
@@ -114,16 +115,19 @@ async def record(
     sent: Sequence[OutgoingMessage],
     retry: Sequence[tuple[OutgoingMessage, float]],
     final: Sequence[tuple[OutgoingMessage, str]],
+    given_back: Sequence[OutgoingMessage] = (),
     actor: str,
 ) -> Recorded:
     """Record one pass's outcomes in one transaction: `sent` accepted, `retry` due again
-    after its delay in seconds, `final` failed on its last attempt with the reason."""
+    after its delay in seconds, `final` failed on its last attempt with the reason,
+    `given_back` not sent in an outage of the queue (`give_back`)."""
 
     async def work() -> Recorded:
         async with transaction(pool) as conn:
             lost = await record_sent(conn, sent, actor=actor)
             await retry_later(conn, retry, actor=actor)
             failed = await fail(conn, final, actor=actor)
+            await give_back(conn, given_back, actor=actor)
         return Recorded(lost=lost, failed=failed)
 
     return await retry_on_deadlock(work)
@@ -157,6 +161,21 @@ async def retry_later(
             "ids": [m.item_id for m, _ in retry],
             "attempts": [m.attempt for m, _ in retry],
             "delays": [delay for _, delay in retry],
+            "actor": actor,
+        },
+    )
+
+
+async def give_back(conn: Connection, messages: Sequence[OutgoingMessage], *, actor: str) -> None:
+    """Take back the claimed attempt of items not sent because the queue was unreachable:
+    due at once for any relay, out of their organization's window (`give_back.sql`)."""
+    if not messages:
+        return
+    await conn.execute(
+        _SQL.give_back,
+        {
+            "ids": [m.item_id for m in messages],
+            "attempts": [m.attempt for m in messages],
             "actor": actor,
         },
     )

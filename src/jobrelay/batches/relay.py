@@ -21,6 +21,10 @@ Contract (DESIGN.md section 4, seed 000):
 - Delivery is at least once: a relay that dies after SQS accepted a message and before the
   record leaves the item to be sent again when its lease expires. Workers and the webhook
   are idempotent on the child id.
+- An outage of the queue endpoint fails no item (issue 24): a send that cannot reach it or
+  gets no answer within `send_timeout_s` gives its items back without counting the attempt
+  and opens the relay's circuit (`jobrelay.batches.circuit`): no claims, one probe of one
+  item at a time with a capped backoff, and every worker resumes when a probe is accepted.
 
 Fair dispatch (issue 17): each organization may hold `window` items in flight (times its
 weight): claimed or sent, child not yet terminal (`batch_item.settled_at`, set by a trigger
@@ -40,16 +44,19 @@ notifications). The sweep runs every `poll_interval_s` as a `jobrelay.loops.Peri
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage
+from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage, QueueUnreachable
 from jobrelay.batches import outbox
+from jobrelay.batches.circuit import Circuit
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
 from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits
 from jobrelay.db.listen import NotifyListener
@@ -91,6 +98,16 @@ class RelayMetrics:
             "Sends whose claim was taken over before they were recorded",
             registry=r,
         )
+        self.given_back = Counter(
+            "jobrelay_relay_given_back",
+            "Claimed items given back uncounted because the queue was unreachable",
+            registry=r,
+        )
+        self.circuit_open = Gauge(
+            "jobrelay_relay_circuit_open",
+            "1 while the relay's circuit on the queue endpoint is open",
+            registry=r,
+        )
         self.claim_to_send = Histogram(
             "jobrelay_relay_claim_to_send_seconds",
             "Time from the claim's commit to SQS accepting the item",
@@ -108,7 +125,8 @@ class RelayConfig:
     poll_interval_s: float = 1.0
     retry_delay_s: float = 2.0
     message_limit_bytes: int = 256 * 1024
-    send_timeout_s: float = 30.0
+    send_timeout_s: float = 10.0
+    probe_timeout_s: float = 1.0
     window: int = 200
     weights: tuple[tuple[int, float], ...] = ()
     in_flight_expiry_s: float = 900.0
@@ -153,6 +171,7 @@ class RelayConfig:
         """The relay's configuration from its settings group and the queue's message limit."""
         return cls(
             lease_s=relay.lease_s,
+            send_timeout_s=relay.send_timeout_s,
             claim_size=relay.claim_size,
             workers=relay.workers,
             max_in_flight=relay.max_in_flight,
@@ -176,6 +195,8 @@ class PassResult:
     failed: int = 0
     held_back: int = 0
     """Organizations with waiting items that were at their window when this pass claimed."""
+    given_back: int = 0
+    """Items not sent because the queue was unreachable, given back uncounted."""
 
 
 def message_bytes(message: OutgoingMessage) -> int:
@@ -215,6 +236,7 @@ class Relay:
         metrics: RelayMetrics | None = None,
         actor: str = "relay",
         listen_conninfo: str | None = None,
+        endpoint: str = "the queue endpoint",
     ) -> None:
         self._pool = pool
         self._sender = sender
@@ -222,6 +244,8 @@ class Relay:
         self.metrics = metrics or RelayMetrics()
         self._actor = actor
         self._claim_limits = self._config.claim_limits
+        self._probe_limits = dataclasses.replace(self._claim_limits, limit=1)
+        self.circuit = Circuit(endpoint)
         self._in_flight = asyncio.Semaphore(self._config.max_in_flight)
         self._wakeup = asyncio.Event()
         self._generation = 0
@@ -249,18 +273,33 @@ class Relay:
 
     # -- one pass -------------------------------------------------------------------------
 
-    async def run_once(self) -> PassResult:
-        """Claim up to `claim_size` due items, send them, record the outcome of every one."""
-        claim = await outbox.claim(self._pool, self._claim_limits, actor=self._actor)
+    async def run_once(self, *, probe: bool = False) -> PassResult:
+        """Claim up to `claim_size` due items, send them, record the outcome of every one.
+        `probe`: one item with the probe's short timeout (the circuit is open)."""
+        limits = self._probe_limits if probe else self._claim_limits
+        claim = await outbox.claim(self._pool, limits, actor=self._actor)
         self.metrics.claimed.inc(len(claim.messages))
         if not claim.messages:
             return PassResult(held_back=claim.held_back)
         claimed_at = time.monotonic()
+        timeout_s = (
+            min(self._config.probe_timeout_s, self._config.send_timeout_s)
+            if probe
+            else self._config.send_timeout_s
+        )
         chunks = chunk_messages(claim.messages, byte_limit=self._config.message_limit_bytes)
-        outcomes = await asyncio.gather(*(self._send(chunk, claimed_at) for chunk in chunks))
+        outcomes = await asyncio.gather(
+            *(self._send(chunk, claimed_at, timeout_s) for chunk in chunks)
+        )
         sent: list[OutgoingMessage] = []
         failures: list[tuple[OutgoingMessage, str]] = []
-        for chunk, failed in zip(chunks, outcomes, strict=True):
+        given_back: list[OutgoingMessage] = []
+        outage: str | None = None
+        for chunk, (failed, unreachable) in zip(chunks, outcomes, strict=True):
+            if unreachable is not None:
+                outage = unreachable
+                given_back.extend(chunk)
+                continue
             for message in chunk:
                 if message.item_id in failed:
                     failures.append((message, failed[message.item_id]))
@@ -273,8 +312,15 @@ class Relay:
             sent=sent,
             retry=[(m, self._config.retry_delay_s * _attempt(m)) for m, _ in retry],
             final=final,
+            given_back=given_back,
             actor=self._actor,
         )
+        if outage is not None:
+            self.circuit.trip(outage)
+        elif sent:
+            self.circuit.reset()
+        self.metrics.circuit_open.set(1 if self.circuit.is_open else 0)
+        self.metrics.given_back.inc(len(given_back))
         if recorded.lost:
             self.metrics.lost_claims.inc(recorded.lost)
         self.metrics.sent.inc(len(sent))
@@ -294,6 +340,7 @@ class Relay:
             retried=len(retry),
             failed=recorded.failed,
             held_back=claim.held_back,
+            given_back=len(given_back),
         )
 
     async def sweep(self) -> int:
@@ -308,22 +355,29 @@ class Relay:
             log.warning("relay.swept_expired", failed=failed)
         return failed
 
-    async def _send(self, chunk: list[OutgoingMessage], claimed_at: float) -> dict[str, str]:
-        """Send one chunk; the failed entries with their reasons (all of them when the whole
-        call failed or timed out: nothing is known to have been accepted)."""
+    async def _send(
+        self, chunk: list[OutgoingMessage], claimed_at: float, timeout_s: float
+    ) -> tuple[dict[str, str], str | None]:
+        """Send one chunk: the failed entries with their reasons (all of them when the whole
+        call failed: nothing is known to have been accepted), and why the queue was
+        unreachable when it was (an outage: nothing failed, the chunk is given back)."""
         async with self._in_flight:
             try:
-                async with asyncio.timeout(self._config.send_timeout_s):
+                async with asyncio.timeout(timeout_s):
                     result = await self._sender.send_batch(chunk)
-            except Exception as exc:  # the whole call failed: every entry failed
+            except QueueUnreachable as exc:
+                return {}, exc.reason
+            except TimeoutError:
+                return {}, f"no answer within {timeout_s:g} s"
+            except Exception as exc:  # refused as a whole: every entry failed
                 reason = f"{type(exc).__name__}: {exc}"[:400]
-                return {m.item_id: reason for m in chunk}
+                return {m.item_id: reason for m in chunk}, None
         failed = dict(result.failed)
         elapsed = time.monotonic() - claimed_at
         for message in chunk:
             if message.item_id not in failed:
                 self.metrics.claim_to_send.observe(elapsed)
-        return failed
+        return failed, None
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -347,17 +401,39 @@ class Relay:
 
     async def _worker(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            if self.circuit.is_open:
+                await self._probe(stop)
+                continue
             generation = self._generation
-            try:
-                result = await self.run_once()
-            except Exception as exc:
-                self._passes.failed(exc)  # the worker idles one poll interval, then retries
-                result = PassResult()
-            else:
-                self._passes.ok()
+            result = await self._pass()
+            if result.given_back:
+                continue  # the circuit is open now: probe instead of claiming
             if result.claimed < self._config.claim_size and generation == self._generation:
                 # Organizations at their window: their items settle without a NOTIFY.
                 await self._idle(stop, self._config.window_poll_s if result.held_back else None)
+
+    async def _pass(self, *, probe: bool = False) -> PassResult:
+        try:
+            result = await self.run_once(probe=probe)
+        except Exception as exc:
+            self._passes.failed(exc)  # the worker idles one poll interval, then retries
+            return PassResult()
+        self._passes.ok()
+        return result
+
+    async def _probe(self, stop: asyncio.Event) -> None:
+        """While the circuit is open, one worker at a time waits the circuit's backoff and
+        sends one item; the others wait for their turn and find the circuit's new state."""
+        async with self.circuit.turn:
+            if not self.circuit.is_open or stop.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.circuit.probe_delay())
+            if stop.is_set():
+                return
+            result = await self._pass(probe=True)
+            if result.claimed == 0:  # nothing due to probe with: wait for work
+                await self._idle(stop)
 
     async def _idle(self, stop: asyncio.Event, timeout_s: float | None = None) -> None:
         waiters = {

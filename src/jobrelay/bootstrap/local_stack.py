@@ -15,7 +15,10 @@ from jobrelay.settings import Settings
 def aws_endpoint(settings: Settings, endpoint_url: str | None = None) -> AwsEndpoint:
     """The SQS/S3 endpoint from settings (or an emulator's URL)."""
     return AwsEndpoint(
-        region=settings.aws.region, endpoint_url=endpoint_url or settings.aws.endpoint_url
+        region=settings.aws.region,
+        endpoint_url=endpoint_url or settings.aws.endpoint_url,
+        connect_timeout_s=settings.aws.connect_timeout_s,
+        read_timeout_s=settings.aws.read_timeout_s,
     )
 
 

@@ -70,6 +70,7 @@ async def run_relay(
                 config=config,
                 metrics=metrics,
                 listen_conninfo=listen_conninfo(settings, "relay"),
+                endpoint=sender.endpoint,
             )
             await relay.run(stop)
     finally:

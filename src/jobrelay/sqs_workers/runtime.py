@@ -411,7 +411,7 @@ async def serve(
 ) -> None:
     """Run one worker against `endpoint` until `stop` is set; clients are closed on exit."""
     async with (
-        sqs_client(endpoint) as sqs,
+        sqs_client(endpoint, long_poll_s=config.poll_wait_s) as sqs,
         s3_client(endpoint) as s3,
         httpx.AsyncClient(trust_env=False) as http,
     ):
