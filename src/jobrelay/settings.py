@@ -714,6 +714,7 @@ class JobsWorkerOptions(TypedDict):
     lease_s: float
     rescue_interval_s: float
     reconcile_interval_s: float
+    unserved_fail_after_s: float
     prune_interval_s: float
     retention_s: float | None
     prune_log_threshold: int
@@ -767,6 +768,15 @@ class JobsSettings(_Group):
         default=10.0,
         gt=0,
         description="How often a worker repairs parents left behind.",
+    )
+    unserved_fail_after_s: float = Field(
+        validation_alias="jobs_unserved_fail_after_s",
+        default=3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Workers claim only the job types they have handlers for; a pending job "
+        "whose type no worker has had a handler for during this long (longer than any "
+        "rolling deploy) is failed permanently as an unknown type, so its parent still ends.",
     )
     prune_interval_s: float = Field(
         validation_alias="jobs_prune_interval_s",
@@ -851,6 +861,7 @@ class JobsSettings(_Group):
             lease_s=self.lease_s,
             rescue_interval_s=self.rescue_interval_s,
             reconcile_interval_s=self.reconcile_interval_s,
+            unserved_fail_after_s=self.unserved_fail_after_s,
             prune_interval_s=self.prune_interval_s,
             retention_s=self.retention_s or None,  # 0 keeps finished jobs forever
             prune_log_threshold=self.prune_log_threshold,

@@ -15,7 +15,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import load_query
 from jobrelay.domain.jobs import FailureKind, LeaseLost
 from jobrelay.domain.jobs_config import QueueLimits
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, presence
 from jobrelay.jobs.claims import Completion, Done
 from jobrelay.jobs.enqueue import EnqueueRequest
 from tests.jobs_support import eventually, fetch, row, service
@@ -192,6 +192,70 @@ async def test_one_running_job_per_source(pool: Pool) -> None:
             )
 
 
+@pytest.mark.parametrize("fair", [True, False])
+async def test_a_claimer_takes_only_the_types_it_serves(pool: Pool, fair: bool) -> None:
+    jobs = service(pool)
+    await jobs.enqueue_many(
+        [EnqueueRequest("diag.sleep", {"seconds": 0, "fairnessKey": f"k{i % 2}"}) for i in range(4)]
+        + [EnqueueRequest("diag.noop", {"n": i}) for i in range(3)]
+        + [EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"})]
+    )
+    noop_only = QueueLimits(lease_s=30, total=100, types=frozenset({"diag.noop"}), fair=fair)
+    async with pool.connection() as conn:
+        taken = await claims.claim(conn, noop_only, worker_id="old-release")
+    assert sorted(j.type for j in taken) == ["diag.noop"] * 3
+    # A source whose head it has no handler for is left to a claimer that has one.
+    every = QueueLimits(lease_s=30, total=100, fair=fair)
+    async with pool.connection() as conn:
+        rest = await claims.claim(conn, every, worker_id="new-release")
+    assert sorted(j.type for j in rest) == ["diag.sleep"] * 4 + ["media.process"]
+
+
+async def test_a_type_no_worker_has_served_for_the_grace_fails_with_its_parent(
+    pool: Pool,
+) -> None:
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, role, available_at) VALUES "
+            "('00000000-0000-0000-0000-0000000000a0', 'diag.noop', '{}', 'parent', "
+            "'9999-12-31 00:00:00+00')"
+        )
+        await conn.execute(
+            "INSERT INTO jobs (id, type, payload, created_at, parent_id) VALUES "
+            "(gen_random_uuid(), 'gone.type', '{}', now() - interval '1 hour', "
+            "'00000000-0000-0000-0000-0000000000a0'), "
+            "(gen_random_uuid(), 'gone.type', '{}', now(), NULL), "
+            "(gen_random_uuid(), 'diag.noop', '{}', now() - interval '1 hour', NULL)"
+        )
+        await presence.announce(
+            conn,
+            worker_id="old-release",
+            class_slots={"default": 1},
+            global_caps={},
+            interval_s=1,
+            job_types=None,  # a worker before migration 0016: serves every type
+        )
+        assert await claims.fail_unserved(conn, after_s=60) == {}
+        await presence.forget(conn, worker_id="old-release")
+        await presence.announce(
+            conn,
+            worker_id="new-release",
+            class_slots={"default": 1},
+            global_caps={},
+            interval_s=1,
+            job_types=["diag.noop"],
+        )
+        failed = await claims.fail_unserved(conn, after_s=60)
+    assert list(failed.values()) == ["gone.type"], failed  # not the one of a minute ago
+    [job] = await fetch(pool, "SELECT * FROM jobs WHERE id = %s", next(iter(failed)))
+    assert (job["status"], job["failure_kind"]) == ("failed", "permanent")
+    assert job["last_error"] == (
+        "unknown job type 'gone.type': no worker has had its handler for 60 s"
+    )
+    parent = await row(pool, uuid.UUID("00000000-0000-0000-0000-0000000000a0"))
+    assert parent["status"] == "failed", parent  # a parent always ends
+
+
 async def test_paused_claims_take_nothing(pool: Pool) -> None:
     await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
     async with pool.connection() as conn:
@@ -224,6 +288,7 @@ async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(
                     "limits": [5, 10],
                     "caps": [None, None],
                     "fair": fair,
+                    "types": ["diag.noop", "diag.sleep"],  # a worker's handlers
                 },
             )
             found = await cursor.fetchone()

@@ -54,7 +54,9 @@ async def _pending_after(pool: Pool, job_id: uuid.UUID, attempt: int) -> dict | 
     return found if ok else None
 
 
-async def test_permanent_unknown_and_invalid_jobs_fail_at_once(pool: Pool) -> None:
+async def test_permanent_and_invalid_jobs_fail_at_once_and_an_unknown_type_waits(
+    pool: Pool,
+) -> None:
     jobs = service(pool)
     permanent = await jobs.enqueue(EnqueueRequest("diag.fail", {"kind": "permanent"}))
     async with pool.connection() as conn:
@@ -65,14 +67,15 @@ async def test_permanent_unknown_and_invalid_jobs_fail_at_once(pool: Pool) -> No
         )
         inserted = {r["type"]: r["id"] for r in await cur.fetchall()}
     async with running_worker(pool):
-        for job_id in (permanent.id, *inserted.values()):
+        for job_id in (permanent.id, inserted["media.process"]):
             ended = await eventually(lambda job_id=job_id: _ended(pool, job_id))
             assert ended["status"] == "failed", ended
             assert ended["failure_kind"] == "permanent" and ended["attempt_count"] == 1
-    unknown = await row(pool, inserted["no.such.type"])
-    assert "unknown job type" in unknown["last_error"]
     invalid = await row(pool, inserted["media.process"])
     assert "invalid payload" in invalid["last_error"]
+    # No handler in this worker: never claimed (issue 24), left for a worker that has one.
+    unknown = await row(pool, inserted["no.such.type"])
+    assert (unknown["status"], unknown["attempt_count"]) == ("pending", 0), unknown
 
 
 async def test_fenced_outputs_are_written_with_the_completion(pool: Pool) -> None:

@@ -197,6 +197,8 @@ class QueueLimits:
     `caps`: global caps per class, across every claimer (invariant 10).
     `rates`: starts per period per class (`job_rate_windows`).
     `fair`: rotate claims across fairness keys (False: strict priority and arrival order).
+    `types`: the job types the claimer has handlers for (None: every type); jobs of other
+    types are left pending for a claimer that has one.
     """
 
     lease_s: float
@@ -205,6 +207,7 @@ class QueueLimits:
     caps: Mapping[str, int] = field(default_factory=dict)
     rates: Mapping[str, Rate] = field(default_factory=dict)
     fair: bool = True
+    types: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.lease_s > 0:

@@ -117,6 +117,7 @@ async def claim(
                 "limits": [per_class[c] for c in names],
                 "caps": [caps.get(c) for c in names],
                 "fair": limits.fair,
+                "types": None if limits.types is None else sorted(limits.types),
             },
         )
         rows = await cursor.fetchall()
@@ -372,6 +373,38 @@ async def rescue_expired(conn: Connection, *, limit: int = 1000) -> dict[uuid.UU
         ]
         await reconcile_parents(conn, failed_parents)
     return {cast(uuid.UUID, row["id"]): str(row["status"]) for row in rows}
+
+
+async def fail_unserved(
+    conn: Connection, *, after_s: float, limit: int = 1000
+) -> dict[uuid.UUID, str]:
+    """Fail, permanently, pending jobs whose type no worker has had a handler for during
+    `after_s` (`queries/unserved_jobs.sql`), reconciling their parents (locked first);
+    returns the failed jobs and their types."""
+    async with _transaction(conn):
+        cursor = await conn.execute(_QUERIES.unserved_jobs, {"after_s": after_s, "limit": limit})
+        found = await cursor.fetchall()
+        if not found:
+            return {}
+        parents = [cast(uuid.UUID, r["parent_id"]) for r in found if r["parent_id"] is not None]
+        await lock_parents(conn, parents)
+        cursor = await conn.execute(
+            _QUERIES.fail_unserved_jobs,
+            {
+                "ids": [r["id"] for r in found],
+                "reason": f"no worker has had its handler for {after_s:g} s",
+            },
+        )
+        failed = {cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()}
+        await reconcile_parents(
+            conn,
+            [
+                cast(uuid.UUID, r["parent_id"])
+                for r in found
+                if r["id"] in failed and r["parent_id"]
+            ],
+        )
+    return {cast(uuid.UUID, r["id"]): str(r["type"]) for r in found if r["id"] in failed}
 
 
 async def reconcile_stale_parents(conn: Connection, *, limit: int = 500) -> dict[uuid.UUID, str]:

@@ -14,11 +14,13 @@ is named); `failed` jobs are `unknown_type` when their type is not registered,
 `lease_expired` (a live worker's rescuer will take it back). A pending job is checked from
 what never resolves by itself to what does:
 
-1. `unknown_type`: not in the registry; a worker that claims it fails it permanently.
+1. `unknown_type`: not in the registry of the process that asks (a worker claims only the
+   types it has handlers for, so a job of a type no live worker has stays pending).
 2. `waiting_for_children`: a parent is never claimed; it ends with its children (counts).
 3. `claims_paused`: the operator's pause (`jobs_control`) stops every claim.
 4. `no_worker`: no live worker (a `worker_heartbeat` newer than `stale_after_s`, default
-   three of the worker's own heartbeat intervals, i.e. one lease) serves its class.
+   three of the worker's own heartbeat intervals, i.e. one lease) serves its class and has
+   a handler for its type (the heartbeat row's `job_types`).
 5. `backoff` (after a failed attempt) or `delayed` (enqueued with a delay): `available_at`
    is in the future; the seconds left are computed with database time.
 6. `source_busy`: another job of its `source_key` is running (named).
@@ -368,8 +370,8 @@ class _Facts:
             case Reason.UNKNOWN_TYPE:
                 return (
                     f"job type {row['type']!r} is not in the registry: no handler runs it "
-                    "(a worker that claims it fails it permanently); deploy or load the app "
-                    "that declares it"
+                    "here; workers without its handler leave it pending; deploy or load the "
+                    "app that declares it"
                 )
             case Reason.WAITING_FOR_CHILDREN:
                 c = self.children or ChildCounts(0, 0, 0, 0, 0)
@@ -394,6 +396,13 @@ class _Facts:
                     if row["last_worker"]
                     else "; no worker has served it"
                 )
+                if row["live_of_class"]:
+                    return (
+                        f"no live worker serves type {row['type']!r}: the "
+                        f"{row['live_of_class']} live worker(s) of class {cls!r} have no "
+                        "handler for it, so it stays pending until a worker with one runs "
+                        f"(a deploy that adds the type still rolling out?){last}"
+                    )
                 return (
                     f"no live worker serves class {cls!r} ({row['live_workers_any_class']} "
                     f"live workers of other classes){last}"

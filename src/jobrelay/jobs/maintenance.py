@@ -12,6 +12,7 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 * `LeaseRescuer`: expired leases back to pending (or failed `lease_expired`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
+* `UnservedSweeper`: fails pending jobs of a type no worker has served for a while.
 * `Pruner`: deletes finished jobs older than the retention (children with their parent).
 * The sweeps a part declared (`JobTypes.sweep`, e.g. failing Code2WF generations whose
   dispatch job ended without dispatching) each run as a `jobrelay.loops.Periodic`.
@@ -75,6 +76,38 @@ class ParentReconciler(_PoolLoop):
         if ended:
             log.warning("reconciler ended %d parents left behind: %s", len(ended), ended)
         return len(ended)
+
+
+class UnservedSweeper(_PoolLoop):
+    """Fails pending jobs whose type no worker has had a handler for during `after_s`
+    (workers claim only their handlers' types, so such a job would wait for ever)."""
+
+    name = "unserved-sweeper"
+
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool[Connection],
+        interval_s: float,
+        after_s: float,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(pool=pool, interval_s=interval_s, limit=limit)
+        self.after_s = positive("after_s", after_s)
+
+    async def run_once(self) -> int:
+        async with self._pool.connection() as conn:
+            failed = await claims.fail_unserved(conn, after_s=self.after_s, limit=self._limit)
+        if failed:
+            types = sorted(set(failed.values()))
+            log.warning(
+                "failed %d pending jobs of types no worker has had a handler for in %.0f s "
+                "(JOBRELAY_JOBS_UNSERVED_FAIL_AFTER_S): %s",
+                len(failed),
+                self.after_s,
+                ", ".join(types),
+            )
+        return len(failed)
 
 
 class Pruner(_PoolLoop):

@@ -56,6 +56,7 @@ from jobrelay.jobs.maintenance import (
     LeaseRescuer,
     ParentReconciler,
     Pruner,
+    UnservedSweeper,
 )
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.producer import Producer
@@ -125,7 +126,9 @@ class Worker:
             caps=config.global_caps,
             rates={**registry.rates, **config.rates},
             fair=config.fair_claims,
+            types=registry.names,
         )
+        self._job_types = registry.names
         self.producer = Producer(
             pool=pool,
             config=config,
@@ -152,6 +155,12 @@ class Worker:
         )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
+        # Checked a few times within the grace, at most every minute (a skip scan per type).
+        self.unserved = UnservedSweeper(
+            pool=pool,
+            interval_s=min(60.0, config.unserved_fail_after_s / 4),
+            after_s=config.unserved_fail_after_s,
+        )
         self.sweeps = [
             Periodic(
                 name=f"sweep-{sweep.name}",
@@ -200,6 +209,7 @@ class Worker:
             self.keeper,
             self.rescuer,
             self.reconciler,
+            self.unserved,
             *self.sweeps,
         ]
         if self._listen:
@@ -262,6 +272,7 @@ class Worker:
                 class_slots=self.config.class_slots,
                 global_caps=self.config.global_caps,
                 interval_s=self.config.heartbeat_interval_s,
+                job_types=self._job_types,
             )
         return 0
 

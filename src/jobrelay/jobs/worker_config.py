@@ -62,6 +62,7 @@ class WorkerConfig:
     poll_interval_s: float = 0.25
     rescue_interval_s: float = 5.0
     reconcile_interval_s: float = 10.0
+    unserved_fail_after_s: float = 3600.0
     prune_interval_s: float = 300.0
     retention_s: float | None = 7 * 24 * 3600.0
     prune_log_threshold: int = 1000
@@ -106,10 +107,16 @@ class WorkerConfig:
             "poll_interval_s",
             "rescue_interval_s",
             "reconcile_interval_s",
+            "unserved_fail_after_s",
             "prune_interval_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.unserved_fail_after_s < self.lease_s:
+            raise ValueError(
+                f"unserved_fail_after_s must be >= lease_s ({self.lease_s}), got "
+                f"{self.unserved_fail_after_s}: a live worker's heartbeat must come within it"
+            )
         if self.retention_s is not None and not self.retention_s > 0:
             raise ValueError(f"retention_s must be > 0 or None, got {self.retention_s}")
         if self.shutdown_grace_s < 0:

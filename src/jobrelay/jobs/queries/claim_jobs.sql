@@ -31,6 +31,10 @@
 --   jobs_running_class_slot holds one running job per (class, slot). Claimers of capped
 --   classes first take claim_lock_classes (an advisory transaction lock per class), so this
 --   statement's snapshot already sees every slot taken by an earlier claimer.
+-- * Served types (issue 24, rolling deploys): only jobs whose type is in %(types)s (NULL:
+--   every type) are claimed, so a worker never takes a job it has no handler for; the job
+--   stays pending for a worker that has one. A source whose head is of a type this worker
+--   does not serve is left to another worker (its later jobs wait behind the head).
 -- * Time is the database's: available_at and the lease use clock_timestamp().
 WITH RECURSIVE wanted AS (
     SELECT
@@ -212,6 +216,7 @@ candidates AS MATERIALIZED (
             AND j.available_at <= clock_timestamp()
             AND j.concurrency_class = wanted.cls
             AND j.source_key IS NULL
+            AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT wanted.lim
         FOR NO KEY UPDATE SKIP LOCKED
@@ -230,6 +235,7 @@ candidates AS MATERIALIZED (
             AND j.concurrency_class = chosen_keys.cls
             AND j.source_key IS NULL
             AND j.fairness_key = chosen_keys.fairness_key
+            AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT chosen_keys.take
         FOR NO KEY UPDATE SKIP LOCKED
@@ -248,6 +254,7 @@ candidates AS MATERIALIZED (
             AND j.concurrency_class = chosen_keys.cls
             AND j.source_key IS NULL
             AND j.fairness_key IS NULL
+            AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT chosen_keys.take
         FOR NO KEY UPDATE SKIP LOCKED
@@ -267,6 +274,7 @@ candidates AS MATERIALIZED (
             ARRAY(SELECT heads.id FROM heads WHERE heads.concurrency_class = wanted.cls)
         )
             AND j.status = 'pending'
+            AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT wanted.lim
         FOR NO KEY UPDATE SKIP LOCKED

@@ -63,6 +63,7 @@ SELECT
     children.cancelled AS children_cancelled,
     workers.live_ids,
     workers.live_count,
+    workers.live_of_class,
     workers.last_worker,
     workers.last_heartbeat_at,
     (
@@ -142,21 +143,29 @@ CROSS JOIN LATERAL (
     WHERE c.parent_id = j.id
 ) AS children
 CROSS JOIN LATERAL (
+    -- Workers of the job's class; those that serve its type too (job_types NULL: a worker
+    -- of a release before migration 0016, which claims every type) can run it.
     SELECT
         (
             array_agg(w.worker_id ORDER BY w.heartbeat_at DESC) FILTER (
-                WHERE w.heartbeat_at > clock.at
-                    - make_interval(secs => coalesce(%(stale_s)s, 3 * w.interval_s))
+                WHERE w.alive AND w.serves_type
             )
         )[1:20] AS live_ids,
-        count(*) FILTER (
-            WHERE w.heartbeat_at > clock.at
-                - make_interval(secs => coalesce(%(stale_s)s, 3 * w.interval_s))
-        ) AS live_count,
-        (array_agg(w.worker_id ORDER BY w.heartbeat_at DESC))[1] AS last_worker,
-        max(w.heartbeat_at) AS last_heartbeat_at
-    FROM worker_heartbeat AS w
-    WHERE j.concurrency_class = ANY(w.classes)
+        count(*) FILTER (WHERE w.alive AND w.serves_type) AS live_count,
+        count(*) FILTER (WHERE w.alive) AS live_of_class,
+        (array_agg(w.worker_id ORDER BY w.heartbeat_at DESC) FILTER (WHERE w.serves_type))[1]
+            AS last_worker,
+        max(w.heartbeat_at) FILTER (WHERE w.serves_type) AS last_heartbeat_at
+    FROM (
+        SELECT
+            w.worker_id,
+            w.heartbeat_at,
+            w.heartbeat_at > clock.at
+                - make_interval(secs => coalesce(%(stale_s)s, 3 * w.interval_s)) AS alive,
+            (w.job_types IS NULL OR j.type = ANY(w.job_types)) AS serves_type
+        FROM worker_heartbeat AS w
+        WHERE j.concurrency_class = ANY(w.classes)
+    ) AS w
 ) AS workers
 LEFT JOIN LATERAL (
     SELECT
