@@ -59,11 +59,12 @@ from jobrelay.batches import outbox
 from jobrelay.batches.circuit import Circuit
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
 from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits
+from jobrelay.batches.verify import verify_sample
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
-from jobrelay.loops import LOOP_BACKOFF, Health, Periodic
+from jobrelay.loops import LOOP_BACKOFF, Health, Loop, Periodic
 from jobrelay.settings import RelaySettings, SqsSettings
 
 _SQL = Queries("jobrelay.batches")
@@ -96,6 +97,11 @@ class RelayMetrics:
         self.lost_claims = Counter(
             "jobrelay_relay_lost_claims",
             "Sends whose claim was taken over before they were recorded",
+            registry=r,
+        )
+        self.count_drift = Counter(
+            "jobrelay_batch_count_drift",
+            "Batches whose kept counts differed from the recount (then repaired)",
             registry=r,
         )
         self.given_back = Counter(
@@ -131,6 +137,8 @@ class RelayConfig:
     weights: tuple[tuple[int, float], ...] = ()
     in_flight_expiry_s: float = 900.0
     window_poll_s: float = 0.05
+    verify_interval_s: float = 60.0
+    verify_sample: int = 5
 
     @property
     def claim_limits(self) -> ClaimLimits:
@@ -255,6 +263,11 @@ class Relay:
         self.sweeper = Periodic(
             name="relay-sweeper", interval_s=self._config.poll_interval_s, run=self.sweep
         )
+        self.verifier = Periodic(
+            name="count-verifier",
+            interval_s=self._config.verify_interval_s,
+            run=self.verify_counts,
+        )
         # LISTEN needs a session: `listen_conninfo` is a direct connection when the pool goes
         # through a transaction pooler; "" disables listening (poll only), and so does a pool
         # with computed connection strings (none to LISTEN with).
@@ -355,6 +368,20 @@ class Relay:
             log.warning("relay.swept_expired", failed=failed)
         return failed
 
+    async def verify_counts(self) -> int:
+        """Verify the kept counts of a few batches picked at random and repair any drift
+        (`jobrelay.batches.verify`); returns how many had drifted."""
+        drifts = await verify_sample(self._pool, size=self._config.verify_sample)
+        for drift in drifts:
+            self.metrics.count_drift.inc()
+            log.warning(
+                "relay.count_drift_repaired",
+                batch_id=drift.batch_id,
+                kept=str(drift.kept),
+                recount=str(drift.recount),
+            )
+        return len(drifts)
+
     async def _send(
         self, chunk: list[OutgoingMessage], claimed_at: float, timeout_s: float
     ) -> tuple[dict[str, str], str | None]:
@@ -384,7 +411,9 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         """Run workers, the sweeper and the NOTIFY listener until `stop` is set; passes in
         progress finish (and record) before this returns."""
-        background = [self.sweeper] if self.listener is None else [self.listener, self.sweeper]
+        background: list[Loop] = [self.sweeper, self.verifier]
+        if self.listener is not None:
+            background.insert(0, self.listener)
         for loop in background:
             await loop.start()
         tasks = [

@@ -17,6 +17,7 @@ import typer
 from psycopg_pool import AsyncConnectionPool
 from pydantic.alias_generators import to_camel
 
+from jobrelay.batches.verify import verify_all
 from jobrelay.bootstrap import build_services, database, jobs_registry
 from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.domain.errors import InvalidInput, JobrelayError
@@ -102,6 +103,28 @@ def check_command() -> None:
     result = _run(check)
     _print(result)
     if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@ops_app.command("verify-counts")
+def verify_counts_command(
+    batch: str | None = typer.Option(None, "--batch", help="Only this batch (its id)."),
+    repair: bool = typer.Option(
+        False, "--repair", help="Correct every drift found, in the transaction that found it."
+    ),
+) -> None:
+    """Compare every batch's kept counts with the recount from its items and children (one
+    snapshot per batch); exit 1 when a drift was found and not repaired."""
+
+    async def action(pool: AsyncConnectionPool[Any]) -> dict[str, Any]:
+        checked, drifts = await verify_all(pool, batch_id=batch, repair=repair)
+        if batch is not None and checked == 0:
+            raise InvalidInput(f"no batch {batch!r}")
+        return {"checked": checked, "drifted": [d.as_json() for d in drifts]}
+
+    result = _run(action)
+    _print(result)
+    if result["drifted"] and not repair:
         raise typer.Exit(1)
 
 
