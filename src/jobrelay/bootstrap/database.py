@@ -54,7 +54,7 @@ def bounded_dsn(settings: Settings, dsn: str) -> str:
 
 @contextmanager
 def database(
-    settings: Settings, *, run_migrations: bool = True, own_stack: bool = False
+    settings: Settings, *, run_migrations: bool | None = None, own_stack: bool = False
 ) -> Iterator[str]:
     """Yield the DSN to use: `DATABASE_URL`, or the embedded server of `data_dir`, with the
     network timeouts of the settings (`bounded_dsn`).
@@ -62,14 +62,24 @@ def database(
     The embedded server is started here and stopped on exit, unless a running `jobrelay up`
     already owns it (its pid in `data_dir/up.pid`): then commands such as `admin`, `ops` and
     `demo` attach to it and leave it running. `own_stack=True` is how `up` claims it.
+
+    `run_migrations`: True migrates to the newest schema (`jobrelay migrate`), False leaves
+    the schema alone; None (every other command) migrates in development, and in production
+    (`JOBRELAY_ENV=production`, where `jobrelay migrate` is a step of its own before a
+    rollout) only checks: a database behind this release stops the process with one line
+    naming the command to run; one ahead of it (the next release migrated it) is fine.
     """
     if settings.db.url:
         if settings.db.through_transaction_pooler:
             asyncio.run(
                 check_transaction_pooler(settings.db.url, timeout_s=settings.db.connect_timeout_s)
             )
-        if run_migrations:  # DDL and the version table want a session: the direct URL
-            _migrate(bounded_dsn(settings, settings.db.direct_url or settings.db.url), settings)
+        # DDL and the version table want a session: the direct URL.
+        session_dsn = bounded_dsn(settings, settings.db.direct_url or settings.db.url)
+        if run_migrations or (run_migrations is None and settings.env != "production"):
+            _migrate(session_dsn, settings)
+        elif run_migrations is None:
+            _require_migrated(session_dsn, settings)
         yield bounded_dsn(settings, settings.db.url)
         return
     server = EmbeddedPostgres(settings.pgdata_dir)
@@ -84,7 +94,7 @@ def database(
     try:
         if own_stack:
             owner_file.write_text(str(os.getpid()))
-        if run_migrations:
+        if run_migrations is not False:  # the local stack migrates itself
             _migrate(dsn, settings)
         yield bounded_dsn(settings, dsn)
     finally:
@@ -100,6 +110,17 @@ def _alive_pid_in(pid_file: Path) -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+def _require_migrated(dsn: str, settings: Settings) -> None:
+    asyncio.run(check_connection(dsn, timeout_s=settings.db.connect_timeout_s))
+    state, revision = migrate.schema_state(dsn)
+    if state in ("behind", "empty"):
+        at = f"at revision {revision}" if revision else "not migrated"
+        raise StartupError(
+            f"the database is {at}, this release needs revision {migrate.head_revision()}: "
+            "run `jobrelay migrate` (with this release) before starting its processes"
+        )
 
 
 def _migrate(dsn: str, settings: Settings) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import psycopg
 from alembic import command
@@ -69,3 +70,20 @@ def current_revision(dsn: str) -> str | None:
     """The revision the database at `dsn` is at (None before the first migration)."""
     with _connection(dsn) as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+SchemaState = Literal["current", "behind", "ahead", "empty"]
+
+
+def schema_state(dsn: str) -> tuple[SchemaState, str | None]:
+    """Where the database at `dsn` stands against this code, and its revision: `current`
+    (at this code's head), `behind` (an older revision of this code: run the migrations
+    first), `ahead` (a revision this code does not ship: a newer release migrated it, which
+    expand/contract lets this code run against) or `empty` (never migrated)."""
+    current = current_revision(dsn)
+    if current is None:
+        return "empty", None
+    if current == head_revision():
+        return "current", current
+    known = {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
+    return ("behind" if current in known else "ahead"), current

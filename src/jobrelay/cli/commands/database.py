@@ -31,7 +31,7 @@ def migrate_command() -> None:
     # Development by default (it is also how `up`'s database is migrated by hand); with
     # JOBRELAY_ENV=production it refuses to migrate a throwaway embedded server.
     require_safe_environment(settings, "migrate")
-    with database(settings) as dsn:
+    with database(settings, run_migrations=True) as dsn:
         report = database_report(dsn)
     console.print(f"database at revision {report.current_revision} (head {report.head_revision})")
 
