@@ -25,6 +25,7 @@ from tests.harness import (
     api_harness,
     start_server,
 )
+from tests.partition import TcpRelay, postgres_relay, unavailable
 
 # The suite runs the local stack's defaults (embedded PostgreSQL, built-in webhook secret,
 # local issuer), which `jobrelay api`, `worker`, `relay` and `sqs-worker` refuse when they
@@ -74,6 +75,17 @@ def db_dsn(pg_server: PgServer) -> Iterator[str]:
         yield pg_server.dsn(name)
     finally:
         pg_server.drop(name)
+
+
+@pytest.fixture
+def relayed(db_dsn: str) -> Iterator[tuple[TcpRelay, str]]:
+    """A TCP relay of this test's own in front of `db_dsn`'s server and the DSN through it:
+    cut its port with `tests.partition.Blackhole(relay.port)` (skipped without root/tc)."""
+    if (reason := unavailable()) is not None:
+        pytest.skip(reason)
+    relay, dsn = postgres_relay(db_dsn)
+    with relay:
+        yield relay, dsn
 
 
 @pytest.fixture

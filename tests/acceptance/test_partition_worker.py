@@ -14,7 +14,6 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import psycopg
@@ -24,7 +23,7 @@ from jobrelay.bootstrap.database import bounded_dsn
 from jobrelay.settings import load_settings
 from tests.harness import wait_until
 from tests.jobs_support import query, start_worker, stop_worker
-from tests.partition import Blackhole, TcpRelay, postgres_relay, unavailable
+from tests.partition import Blackhole, TcpRelay
 
 pytestmark = pytest.mark.long
 
@@ -62,15 +61,6 @@ class LogLines:
             if at >= after and all(record.get(k) == v for k, v in match.items()):
                 return at
         return None
-
-
-@pytest.fixture
-def relayed(db_dsn: str) -> Iterator[tuple[TcpRelay, str]]:
-    if (reason := unavailable()) is not None:
-        pytest.skip(reason)
-    relay, dsn = postgres_relay(db_dsn)
-    with relay:
-        yield relay, dsn
 
 
 def _enqueue(dsn: str, count: int, seconds: float) -> list[str]:

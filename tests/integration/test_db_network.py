@@ -6,22 +6,12 @@ broken."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from jobrelay.db.network import DeadlineExceeded, NetworkTimeouts, deadline
-from tests.partition import Blackhole, TcpRelay, postgres_relay, unavailable
-
-
-@pytest.fixture
-def relayed(db_dsn: str) -> Iterator[tuple[TcpRelay, str]]:
-    if (reason := unavailable()) is not None:
-        pytest.skip(reason)
-    relay, dsn = postgres_relay(db_dsn)
-    with relay:
-        yield relay, dsn
+from tests.partition import Blackhole, TcpRelay
 
 
 def test_bad_timeouts_name_the_field() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import pytest
 from jobrelay.bootstrap.database import bounded_dsn
 from jobrelay.settings import load_settings
 from tests.harness import ApiHarness, api_harness
-from tests.partition import Blackhole, TcpRelay, postgres_relay, unavailable
+from tests.partition import Blackhole, TcpRelay
 
 pytestmark = pytest.mark.long
 
@@ -39,15 +39,6 @@ class Answer:
     status: int | None
     retry_after: str | None
     job_id: str | None
-
-
-@pytest.fixture
-def relayed(db_dsn: str) -> Iterator[tuple[TcpRelay, str]]:
-    if (reason := unavailable()) is not None:
-        pytest.skip(reason)
-    relay, dsn = postgres_relay(db_dsn)
-    with relay:
-        yield relay, dsn
 
 
 @pytest.fixture
