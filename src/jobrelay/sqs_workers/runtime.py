@@ -3,7 +3,9 @@
 What happens to each message (the full table is in docs/explanation/sqs_workers.md):
 - deleted only after the webhook answered 2xx, or 409 (the child already ended otherwise);
 - left for redelivery (and, after maxReceiveCount receives, the dead-letter queue) when the
-  webhook rejected it (other 4xx) or stayed unavailable (5xx, 429, network) too long;
+  webhook rejected it (other 4xx);
+- held (visibility extended) and delivered again, round after round, while the API is
+  unavailable (5xx, 429, network): an outage of the API spends no receive (issue 24);
 - an invalid body whose child id is readable is reported `failed` with a safe error; one
   with no readable kind/id is released at once and so reaches the dead-letter queue;
 - a transient handler error releases the message with backoff; on its last receive before
@@ -109,6 +111,8 @@ class SqsWorker:
         self._slot_freed = asyncio.Event()
         # One line when receiving starts failing (SQS unreachable) and one when it is back.
         self.receiving = Health("sqs-receive", backoff=_RECEIVE_BACKOFF)
+        # The same for reporting outcomes (the API unreachable), however many messages wait.
+        self.reporting = Health("sqs-webhook", backoff=_RECEIVE_BACKOFF)
 
     async def run(self, stop: asyncio.Event, abandon: asyncio.Event | None = None) -> None:
         """Work messages until `stop` is set, then drain (see `shutdown_grace_s`)."""
@@ -281,7 +285,18 @@ class SqsWorker:
             return await self._report(_failed(ref, f"invalid message: {reason}"))
 
     async def _report(self, outcome: WorkerOutcome) -> Disposition:
-        delivery = await self._webhook.deliver(outcome)
+        """Deliver the outcome. While the API cannot be reached (every try of a round failed
+        with a network error, a 5xx or a 429) the message is held, its visibility extended,
+        and delivered again: an API outage of any length spends no receive of the message
+        and loses no result (a stop abandons it: visible again, its result stored in S3)."""
+        while True:
+            delivery = await self._webhook.deliver(outcome)
+            if delivery.verdict != "gave_up":
+                break
+            self.reporting.failed(
+                WebhookUnavailable(f"{self.config.webhook_url}: status {delivery.status_code}")
+            )
+        self.reporting.ok()
         fields = {
             "outcome": outcome.outcome,
             "status": delivery.status_code,
@@ -296,8 +311,7 @@ class SqsWorker:
         if delivery.verdict == "rejected":
             log.error("webhook rejected; message left for redelivery and the DLQ", **fields)
             return Disposition("leave", reason="webhook rejected")
-        log.warning("webhook retries exhausted; message left for redelivery", **fields)
-        return Disposition("leave", reason="webhook unavailable")
+        raise AssertionError(f"unexpected webhook verdict {delivery.verdict!r}")
 
     async def _dispose(self, receipt: str, disposition: Disposition) -> None:
         try:
@@ -324,6 +338,10 @@ class SqsWorker:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+class WebhookUnavailable(Exception):
+    """A round of webhook tries found the API unreachable (for `Health`'s log line)."""
 
 
 def child_ref(body: str) -> ChildRef | None:
