@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.chaos backend-storm --size 20000
     .venv/bin/python -m bench.chaos db-restart --size 5000
     .venv/bin/python -m bench.chaos batch-kill --size 5000
+    .venv/bin/python -m bench.chaos partition --size 5000      # root: drops packets with tc
 
 Prints one JSON object (the figures and the violations found) and appends it, with the
 date, load average and git commit, to `--out` when given.
@@ -26,7 +27,14 @@ from typing import Any
 
 from bench.chaos.jobs_scenarios import JobsOptions, backend_storm, worker_kill, worker_stop
 
-SCENARIOS = ("worker-kill", "worker-stop", "backend-storm", "db-restart", "batch-kill")
+SCENARIOS = (
+    "worker-kill",
+    "worker-stop",
+    "backend-storm",
+    "db-restart",
+    "batch-kill",
+    "partition",
+)
 
 
 def run(scenario: str, size: int, workdir: Path, **options: Any) -> dict[str, Any]:
@@ -50,6 +58,10 @@ def run(scenario: str, size: int, workdir: Path, **options: Any) -> dict[str, An
         from bench.chaos.batch_kill import batch_kill
 
         return batch_kill(workdir, size=size)
+    if scenario == "partition":
+        from bench.chaos.partition import partition
+
+        return partition(workdir, size=size)
     raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
 
 
