@@ -345,6 +345,22 @@ async def test_metrics_are_read_from_the_database_at_scrape_time(console: ApiHar
     again = _samples((await api.client.get("/metrics", headers=_admin(api))).text)
     assert again[("jobrelay_db_batch_items_undispatched", ())] == 0
     assert again[("jobrelay_db_relay_lag_seconds", ())] == 0
+    # A worker that lists none serves every type; with only workers that list theirs, the
+    # pending jobs of a type none of them has are counted (issue 24).
+    assert not any(name == "jobrelay_db_jobs_unserved" for name, _ in again)
+    async with api.services.pool.connection() as conn:
+        await presence.forget(conn, worker_id="w-ai")
+        await presence.announce(
+            conn,
+            worker_id="w-new",
+            class_slots={"default": 1},
+            global_caps={},
+            interval_s=10.0,
+            job_types=["diag.sleep"],
+        )
+    rolled = _samples((await api.client.get("/metrics", headers=_admin(api))).text)
+    assert rolled[("jobrelay_db_jobs_unserved", (("type", "diag.noop"),))] == 4
+    assert ("jobrelay_db_jobs_unserved", (("type", "diag.sleep"),)) not in rolled
 
 
 async def test_metrics_need_the_token_or_an_admin(console: ApiHarness) -> None:

@@ -45,10 +45,19 @@ async def _jobs(conn: Connection) -> list[Metric]:
     family = GaugeMetricFamily(
         "jobrelay_db_jobs", "Jobs pending or in progress now, by type", labels=["type", "status"]
     )
+    unserved = GaugeMetricFamily(
+        "jobrelay_db_jobs_unserved",
+        "Pending jobs of a type no live worker has a handler for (they wait for a worker "
+        "that has one, e.g. during a rolling deploy), by type",
+        labels=["type"],
+    )
     counts = await service.active_jobs(conn)
+    served = await service.served_types(conn)
     for count in counts:
         family.add_metric([count.type, count.status], count.count)
-    return [family]
+        if served is not None and count.status == "pending" and count.type not in served:
+            unserved.add_metric([count.type], count.count)
+    return [family, unserved]
 
 
 def _classes(global_caps: Mapping[str, int]) -> Group:

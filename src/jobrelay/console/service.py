@@ -186,6 +186,16 @@ async def active_jobs(conn: Connection) -> list[TypeStatusCount]:
     ]
 
 
+async def served_types(conn: Connection) -> frozenset[str] | None:
+    """The job types some live worker has a handler for; None when a live worker serves
+    every type (one of a release that does not list them) or no worker is live at all (then
+    nothing is known to be unserved: the class metrics say no worker is live)."""
+    [row] = await _rows(conn, _SQL.served_types)
+    if row["every_type"] or not row["live"]:
+        return None
+    return frozenset(str(t) for t in row["types"])
+
+
 async def finished_jobs(conn: Connection) -> list[TypeStatusCount]:
     """Jobs finished in the last hour per (type, status), with the last 5 minutes' share."""
     return [
