@@ -106,10 +106,27 @@ def test_one_shot_commands_find_a_running_up_on_its_own_port(tmp_path: Path) -> 
         demo = run_cli("demo", "--pages", "2", "--timeout", "100", **beside)
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "(2 completed, 0 failed, 0 cancelled of 2)" in demo.stdout
+        assert "no `jobrelay up` runs" not in demo.stderr, "it attached: nothing to note"
+
+        # A second `up` for the same data directory names the first, whatever its port.
+        second = run_cli("up", "--port", str(free_port()), **beside)
+        assert second.returncode == 2, second.stdout + second.stderr
+        [line] = second.stderr.strip().splitlines()
+        assert f"another `jobrelay up` runs for the data directory {tmp_path}" in line, line
+        assert f"pid {up.pid}" in line and f"kill {up.pid}" in line, line
     finally:
         output = _stop(up, signal.SIGINT)
     assert "… starting the SQS/S3 emulator" in output, "each phase of `up` prints a line"
     assert not (tmp_path / "up.json").exists(), "`up` removes its record on exit"
+
+
+def test_a_command_that_starts_an_embedded_server_says_so(tmp_path: Path) -> None:
+    # No `up` for this data directory: the command still works, and says whose server it
+    # started, instead of writing silently to a database the stack never sees.
+    listed = run_cli("jobs", "list", DATABASE_URL=None, JOBRELAY_DATA_DIR=str(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["items"] == []
+    assert f"no `jobrelay up` runs for the data directory {tmp_path}" in listed.stderr
 
 
 def test_unreachable_database_url_is_one_clear_message() -> None:

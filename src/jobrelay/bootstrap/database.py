@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,6 +88,15 @@ def database(
     if not own_stack and server.running_pid() is not None and _alive_pid_in(owner_file):
         yield bounded_dsn(settings, server.dsn())
         return
+    if not own_stack:
+        # Never silently: a command run from another folder, or while `up` is down, would
+        # otherwise write to a database the stack and its console never see.
+        print(
+            f"note: no `jobrelay up` runs for the data directory {settings.data_dir.resolve()}; "
+            "starting its embedded PostgreSQL for this command only (start the stack with "
+            "`make up`, or set JOBRELAY_DATA_DIR to the stack's data directory)",
+            file=sys.stderr,
+        )
     try:
         dsn = server.start()
     except EmbeddedPostgresError as exc:

@@ -40,7 +40,7 @@ from jobrelay.bootstrap import (
     worker_config,
 )
 from jobrelay.cli.options import APP_OPTION, with_apps
-from jobrelay.cli.running_stack import recorded
+from jobrelay.cli.running_stack import recorded, running_stack
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
 
@@ -70,6 +70,7 @@ def up_command(
     # PostgreSQL, the emulator and the local issuer, which production refuses.
     settings = _for_stack(_with_port(with_apps(load_settings(env="development"), app), port))
     settings = settings.updated(db={"pool_max": max(settings.db.pool_max, 30)})
+    _refuse_a_second_up(settings)
     _require_free_port(settings)
     configure_logging(settings)
     _interrupt_on_sigterm()
@@ -120,10 +121,12 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
 def _run_stack(settings: Settings) -> None:
     if settings.db.url:
         _progress("migrating the database at DATABASE_URL")
+    elif (settings.pgdata_dir / "PG_VERSION").exists():
+        _progress(f"starting PostgreSQL in {settings.pgdata_dir} and migrating")
     else:
         _progress(
-            f"starting PostgreSQL in {settings.pgdata_dir} and migrating "
-            "(the first start creates the cluster)"
+            f"creating a PostgreSQL cluster in {settings.pgdata_dir} (the first start only) "
+            "and migrating"
         )
     with database(settings, own_stack=True) as dsn:
         if not settings.aws.endpoint_url:
@@ -257,6 +260,16 @@ def _with_port(settings: Settings, port: int | None) -> Settings:
     if port is None:
         return settings
     return settings.updated(api={"port": port})
+
+
+def _refuse_a_second_up(settings: Settings) -> None:
+    stack = running_stack(settings)
+    if stack is not None:
+        raise StartupError(
+            f"another `jobrelay up` runs for the data directory {settings.data_dir.resolve()} "
+            f"(pid {stack.pid}, API {stack.api_url}): use it as it is, or stop it first "
+            f"(Ctrl-C in its terminal, or `kill {stack.pid}`)"
+        )
 
 
 def _require_free_port(settings: Settings) -> None:
