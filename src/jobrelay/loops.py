@@ -140,6 +140,7 @@ class Loop:
         self.signals = LoopSignals()
         self.health = Health(self.name, backoff=backoff, signals=self.signals)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     async def run_once(self) -> int:
         """One iteration; returns how many rows (or events) it acted on."""
@@ -153,21 +154,33 @@ class Loop:
         """Run the loop as the task `jobrelay-<name>` until `stop()`."""
         if self._task is not None:
             raise RuntimeError(f"{self.name} already started")
+        self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name=f"jobrelay-{self.name}")
 
     async def stop(self) -> None:
-        """Cancel the loop (an iteration in progress is interrupted) and wait for it."""
+        """Cancel the loop (an iteration in progress is interrupted) and wait for it.
+
+        The loop also checks a stop flag between iterations and rests on it: a cancellation
+        swallowed inside an iteration (Python 3.11's `asyncio.wait_for` can lose one that
+        arrives as the awaited call completes; libraries catch it) would otherwise leave
+        the loop sleeping and iterating for ever, and `stop()` waiting on it (seen: a relay
+        that never stopped, its count verifier resting 60 s at a time)."""
         task, self._task = self._task, None
         if task is None:
             return
+        self._stopping.set()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             rest = await self._iterate()
-            await asyncio.sleep(rest)
+            await self._rest(rest)
+
+    async def _rest(self, seconds: float) -> None:
+        """Wait `seconds`, or until `stop()` is called."""
+        await wait_or_stop(self._stopping, seconds)
 
     async def _iterate(self) -> float:
         """Run one iteration, log-and-continue; return how long to rest."""

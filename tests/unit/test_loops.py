@@ -110,6 +110,32 @@ async def test_a_loop_runs_as_one_named_task_and_stops() -> None:
     assert "jobrelay-sweep-x" not in {t.get_name() for t in asyncio.all_tasks()}
 
 
+async def test_a_loop_stops_even_when_an_iteration_swallows_the_cancel() -> None:
+    # A library that catches the CancelledError (or Python 3.11's wait_for losing one) must
+    # not leave the loop resting and iterating for ever with stop() waiting on it.
+    entered = asyncio.Event()
+
+    async def stubborn() -> int:
+        entered.set()
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        return 0
+
+    loop = Periodic(name="stubborn", interval_s=3600, run=stubborn)
+    await loop.start()
+    task = loop._task
+    assert task is not None
+    await entered.wait()
+    stopping = asyncio.ensure_future(loop.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=10)  # not the hour of its interval
+    if not done:  # clean up without cancelling through stop(), then fail
+        task.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+    assert done and task.done(), "stop() waited on a loop that went on"
+
+
 class _Calls:
     def __init__(self, failures: int, error: Exception) -> None:
         self.failures = failures

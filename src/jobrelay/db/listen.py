@@ -20,6 +20,9 @@ from jobrelay.loops import LOOP_BACKOFF, Backoff, Loop
 log = structlog.get_logger("jobrelay.db.listen")
 
 
+_ROUND_S = 5.0  # one wait for notifications; the connection stays open across rounds
+
+
 class NotifyListener(Loop):
     """LISTEN on a dedicated connection; `notified()` runs on each notification and once
     after every (re)connect, so a notification missed while disconnected costs one wake-up.
@@ -65,9 +68,11 @@ class NotifyListener(Loop):
             log.debug("listener.listening", loop=self.name, backend=self.backend_pid)
             try:
                 self._notified()
-                async for _ in conn.notifies():
-                    self.signals.acted += 1
-                    self._notified()
+                # In rounds, so a stop whose cancellation got lost still ends the listener.
+                while not self._stopping.is_set():
+                    async for _ in conn.notifies(timeout=_ROUND_S):
+                        self.signals.acted += 1
+                        self._notified()
             finally:
                 self.connected = False
         return 0

@@ -22,7 +22,6 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -179,7 +178,7 @@ class LeaseKeeper(Loop):
         self.beats: Buffer[ClaimedJob] = Buffer(max_size=HEARTBEATS_MAX)
 
     async def _run(self) -> None:
-        await asyncio.sleep(self.interval_s)  # a fresh claim carries a full lease
+        await self._rest(self.interval_s)  # a fresh claim carries a full lease
         await super()._run()
 
     async def run_once(self) -> int:

@@ -17,7 +17,6 @@ schedule whose next tick another worker moved is seen), at least `min_wait_s`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
@@ -259,6 +258,6 @@ class ScheduleTicker(Loop):
         return enqueued
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             rest = await self._iterate()
-            await asyncio.sleep(min(rest, self._wait))
+            await self._rest(min(rest, self._wait))
