@@ -6,8 +6,9 @@ nothing reaches the dead-letter queue, and after the heal every outcome is accep
 with the same webhook id and body as before the cut. One log line when reporting starts
 failing and one when it recovers.
 
-SQS and S3 as the SQS worker sees them, black-holed: every receive fails within its read
-timeout (one log line), and the messages queued meanwhile are worked once the network heals.
+SQS and S3 as the SQS worker sees them, black-holed for 10 s and for 3 minutes: every
+receive fails within its read timeout (one log line), and the messages queued meanwhile are
+worked once the network heals.
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def sqs_relay(emulator_url: str) -> Iterator[TcpRelay]:
         yield relay
 
 
+@pytest.mark.parametrize("outage_s", [10.0, 180.0], ids=["10s", "3min"])
 def test_a_worker_cut_off_from_sqs_and_s3_resumes_after_the_heal(
+    outage_s: float,
     aws: AwsEndpoint,
     aws_resources: AwsTestResources,
     receiver: Receiver,
@@ -151,7 +154,7 @@ def test_a_worker_cut_off_from_sqs_and_s3_resumes_after_the_heal(
                 timeout_s=30,
                 what="the worker to log that receiving fails",
             )
-            time.sleep(10)  # the outage itself: nothing to poll for
+            time.sleep(outage_s)  # the outage itself: nothing to poll for
             hole.heal()
             healed_at = time.monotonic()
             wait_until(
