@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+import psycopg
 
 from jobrelay.aws.emulator import free_port
 from jobrelay.cli.commands.demo import serve_demo_pages
@@ -111,3 +112,22 @@ def token(data_dir: Path, sub: str) -> str:
     result = run_cli("token", "--sub", sub, JOBRELAY_DATA_DIR=str(data_dir))
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
+
+
+def tenant(dsn: str, sub: str) -> int:
+    """A new organization with `sub` as a member and one project; the project's id."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            """
+            WITH org AS (INSERT INTO organization (name, created_by, updated_by)
+                         VALUES ('e2e', 'ops', 'ops') RETURNING id),
+                 member AS (INSERT INTO organization_member (organization_id, subject,
+                                                              created_by, updated_by)
+                            SELECT id, %s, 'ops', 'ops' FROM org)
+            INSERT INTO project (organization_id, name, created_by, updated_by)
+            SELECT id, 'e2e', 'ops', 'ops' FROM org RETURNING id
+            """,
+            (sub,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -17,28 +17,10 @@ import pytest
 
 from jobrelay.aws.clients import AwsEndpoint, s3_client
 from jobrelay.aws.emulator import free_port
-from tests.e2e_support import Stack, page_server, running_stack, token
+from tests.e2e_support import Stack, page_server, running_stack, tenant, token
 from tests.harness import AwsTestResources, cli_env, jobrelay_command, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def _tenant(dsn: str, sub: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            """
-            WITH org AS (INSERT INTO organization (name, created_by, updated_by)
-                         VALUES ('e2e', 'ops', 'ops') RETURNING id),
-                 member AS (INSERT INTO organization_member (organization_id, subject,
-                                                              created_by, updated_by)
-                            SELECT id, %s, 'ops', 'ops' FROM org)
-            INSERT INTO project (organization_id, name, created_by, updated_by)
-            SELECT id, 'e2e', 'ops', 'ops' FROM org RETURNING id
-            """,
-            (sub,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _submit(stack: Stack, headers: dict[str, str], project_id: int, urls: list[str]) -> str:
@@ -112,7 +94,7 @@ async def test_a_50_item_batch_completes_end_to_end(
     aws_resources: AwsTestResources,
     tmp_path: Path,
 ) -> None:
-    project_id = _tenant(db_dsn, "alice")
+    project_id = tenant(db_dsn, "alice")
     headers = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
     with (
         running_stack(db_dsn, emulator_url, aws_resources, tmp_path) as stack,
@@ -134,7 +116,7 @@ async def test_a_sqs_worker_killed_mid_run_and_an_api_restart_do_not_stop_the_ba
     aws_resources: AwsTestResources,
     tmp_path: Path,
 ) -> None:
-    project_id = _tenant(db_dsn, "alice")
+    project_id = tenant(db_dsn, "alice")
     headers = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
     with (
         running_stack(
@@ -170,7 +152,7 @@ async def test_a_sqs_worker_killed_mid_run_and_an_api_restart_do_not_stop_the_ba
 def test_code2wf_end_to_end(
     db_dsn: str, emulator_url: str, aws_resources: AwsTestResources, tmp_path: Path
 ) -> None:
-    project_id = _tenant(db_dsn, "alice")
+    project_id = tenant(db_dsn, "alice")
     headers = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
     with (
         running_stack(db_dsn, emulator_url, aws_resources, tmp_path) as stack,

@@ -26,7 +26,8 @@ import psycopg
 import pytest
 
 from jobrelay.aws.emulator import free_port
-from tests.e2e_support import page_server, token
+from jobrelay.db import migrate
+from tests.e2e_support import page_server, tenant, token
 from tests.harness import AwsTestResources, cli_env, jobrelay_command, run_cli, wait_until
 
 pytestmark = pytest.mark.long
@@ -166,28 +167,6 @@ def fleet(env: dict[str, str], logs: Path) -> Iterator[Fleet]:
         running.stop_all()
 
 
-def _tenant(dsn: str, sub: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "WITH org AS (INSERT INTO organization (name, created_by, updated_by) "
-            "VALUES ('deploy', 'ops', 'ops') RETURNING id), "
-            "member AS (INSERT INTO organization_member (organization_id, subject, created_by, "
-            "updated_by) SELECT id, %s, 'ops', 'ops' FROM org) "
-            "INSERT INTO project (organization_id, name, created_by, updated_by) "
-            "SELECT id, 'deploy', 'ops', 'ops' FROM org RETURNING id",
-            (sub,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _revision(dsn: str) -> str:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-    assert row is not None
-    return str(row[0])
-
-
 def test_the_previous_release_and_this_one_share_a_database(
     previous: list[str],
     empty_db_dsn: str,
@@ -217,8 +196,8 @@ def test_the_previous_release_and_this_one_share_a_database(
         [*previous, "migrate"], env=env, capture_output=True, text=True, timeout=120
     )
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-    previous_revision = _revision(empty_db_dsn)
-    project_id = _tenant(empty_db_dsn, "alice")
+    previous_revision = migrate.current_revision(empty_db_dsn)
+    project_id = tenant(empty_db_dsn, "alice")
     headers = {"Authorization": f"Bearer {token(data_dir, 'alice')}"}
     minted = run_cli("token", "--sub", "ops", "--admin", JOBRELAY_DATA_DIR=str(data_dir))
     assert minted.returncode == 0, minted.stderr
@@ -240,7 +219,7 @@ def test_the_previous_release_and_this_one_share_a_database(
             [*jobrelay_command(), "migrate"], env=env, capture_output=True, text=True, timeout=120
         )
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
-        assert _revision(empty_db_dsn) != previous_revision
+        assert migrate.current_revision(empty_db_dsn) != previous_revision
         running.start("new-api", jobrelay_command(), "api", port=new_port)
         running.start("new-worker", jobrelay_command(), "worker")
         running.start("new-relay", jobrelay_command(), "relay")
