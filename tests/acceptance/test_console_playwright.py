@@ -26,8 +26,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from tests.acceptance.test_e2e_stack import _submit, _tenant
-from tests.e2e_support import Stack, page_server, running_stack, token
+from tests.acceptance.test_e2e_stack import _submit
+from tests.e2e_support import Stack, page_server, running_stack, tenant, token
 from tests.harness import AwsTestResources, run_cli, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
@@ -95,8 +95,8 @@ def test_the_console_in_chromium_against_the_real_stack(
 ) -> None:
     if not CHROMIUM.exists():
         pytest.skip(f"Debian's Chromium is missing ({CHROMIUM}): run make system-packages")
-    project_id = _tenant(db_dsn, "alice")
-    _tenant(db_dsn, "bob")  # another organization
+    project_id = tenant(db_dsn, "alice")
+    tenant(db_dsn, "bob")  # another organization
     alice = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
     ops = {"Authorization": f"Bearer {_admin_token(tmp_path, 'ops')}"}
     with (

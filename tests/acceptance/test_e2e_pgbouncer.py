@@ -17,10 +17,9 @@ from tests.acceptance.test_e2e_stack import (
     _code2wf_from_first_item,
     _manifests_match_their_hashes,
     _submit,
-    _tenant,
     _terminal,
 )
-from tests.e2e_support import page_server, running_stack, token
+from tests.e2e_support import page_server, running_stack, tenant, token
 from tests.harness import AwsTestResources, PgBouncer
 
 pytestmark = pytest.mark.slow
@@ -36,7 +35,7 @@ def test_batch_and_code2wf_end_to_end_through_pgbouncer_transaction_pooling(
 ) -> None:
     dbname = psycopg.conninfo.conninfo_to_dict(db_dsn)["dbname"]
     pooled = pgbouncer.dsn(str(dbname))
-    project_id = _tenant(db_dsn, "alice")
+    project_id = tenant(db_dsn, "alice")
     headers = {"Authorization": f"Bearer {token(tmp_path, 'alice')}"}
     with (
         running_stack(

@@ -26,7 +26,7 @@ from jobrelay.aws.emulator import free_port
 from jobrelay.db.pool import open_pool
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import Enqueued
-from tests.acceptance.test_e2e_stack import _tenant
+from tests.e2e_support import tenant
 from tests.harness import (
     AwsTestResources,
     PgBouncer,
@@ -190,7 +190,7 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
     fleet_queue: AwsTestResources,
     tmp_path: Path,
 ) -> None:
-    project = _tenant(db_dsn, "fleet")
+    project = tenant(db_dsn, "fleet")
     data_dir = tmp_path / "data"
     minted = run_cli("token", "--sub", "fleet", JOBRELAY_DATA_DIR=str(data_dir))
     assert minted.returncode == 0, minted.stderr
