@@ -180,6 +180,8 @@ async def _statement(dsn: str, n: int, rounds: int = 15) -> dict[str, float]:
                 "classes": ["default"],
                 "limits": [10],
                 "caps": [None],
+                "types": None,
+                "floors": None,
             }
             for _ in range(rounds):
                 for name in per_claim:

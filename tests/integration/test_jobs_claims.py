@@ -289,6 +289,7 @@ async def test_claiming_a_class_with_nothing_pending_reads_only_that_class(
                     "caps": [None, None],
                     "fair": fair,
                     "types": ["diag.noop", "diag.sleep"],  # a worker's handlers
+                    "floors": [None, None],
                 },
             )
             found = await cursor.fetchone()

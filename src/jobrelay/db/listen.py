@@ -27,6 +27,9 @@ class NotifyListener(Loop):
     """LISTEN on a dedicated connection; `notified()` runs on each notification and once
     after every (re)connect, so a notification missed while disconnected costs one wake-up.
 
+    `noticed(payload)`, when given, runs before each `notified()` with the notification's
+    payload, and with None after a (re)connect (notifications may have been missed).
+
     `connected` and `backend_pid` say whether and where it listens (tests terminate that
     backend). A clean end of the connection is followed by `interval_s` before reconnecting;
     a failure by the backoff (at most `interval_s`).
@@ -40,6 +43,7 @@ class NotifyListener(Loop):
         conninfo: str,
         listen: Sequence[LiteralString],
         notified: Callable[[], None],
+        noticed: Callable[[str | None], None] | None = None,
         name: str | None = None,
         interval_s: float = 1.0,
         backoff: Backoff = LOOP_BACKOFF,
@@ -52,6 +56,7 @@ class NotifyListener(Loop):
         self._conninfo = conninfo
         self._listen = tuple(listen)
         self._notified = notified
+        self._noticed = noticed
         self.connected = False
         self.backend_pid: int | None = None
 
@@ -67,11 +72,15 @@ class NotifyListener(Loop):
             self.health.ok()  # listening again: the end of an outage, if there was one
             log.debug("listener.listening", loop=self.name, backend=self.backend_pid)
             try:
+                if self._noticed is not None:
+                    self._noticed(None)
                 self._notified()
                 # In rounds, so a stop whose cancellation got lost still ends the listener.
                 while not self._stopping.is_set():
-                    async for _ in conn.notifies(timeout=_ROUND_S):
+                    async for notify in conn.notifies(timeout=_ROUND_S):
                         self.signals.acted += 1
+                        if self._noticed is not None:
+                            self._noticed(notify.payload)
                         self._notified()
             finally:
                 self.connected = False

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 
@@ -71,6 +72,7 @@ async def claim(
     worker_id: str,
     wanted: Mapping[str, int] | None = None,
     total: int | None = None,
+    floors: Mapping[str, datetime] | None = None,
 ) -> list[ClaimedJob]:
     """Claim available jobs within `limits` in one statement (fresh token, attempt + 1).
 
@@ -80,7 +82,9 @@ async def claim(
     own unless one is open). Classes with a rate lock their row of `job_rate_windows`
     first, take at most what the window allows and record their starts, in the same
     transaction. `limits.fair` chooses the rotation across fairness keys (`claim_jobs.sql`).
-    Without slots, every class that has pending jobs is claimed from.
+    Without slots, every class that has pending jobs is claimed from. `floors` are the
+    claimer's claim floors per class (`jobs.floors`; a class without one reads from the
+    start of the pending indexes).
     """
     total = limits.total if total is None else total
     if wanted is not None:
@@ -118,6 +122,7 @@ async def claim(
                 "caps": [caps.get(c) for c in names],
                 "fair": limits.fair,
                 "types": None if limits.types is None else sorted(limits.types),
+                "floors": [(floors or {}).get(c) for c in names],
             },
         )
         rows = await cursor.fetchall()

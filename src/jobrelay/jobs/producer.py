@@ -10,6 +10,10 @@ in the backlog (heartbeated, started as slots free). The loop then waits until a
 class that may have more work frees, a notification arrives (`more_work`: LISTEN/NOTIFY
 on enqueue, or a write that freed a source or a capped slot) or the poll interval passes.
 
+Before a claim, the claim floors of the classes are refreshed when due (`jobs.floors`, on
+the claim connection): the claim reads the pending indexes from there on, so its cost does
+not grow with the dead index entries an old snapshot keeps (issue 27).
+
 A class whose last claim got every job it asked for is hungry: more may be waiting, so a
 slot of it freeing is worth a claim. A class whose claim came back short waits for a
 notification (or the poll) instead of claiming again at the end of every job.
@@ -36,6 +40,7 @@ from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.completer import count_lost
 from jobrelay.jobs.executor import Executor, Run
+from jobrelay.jobs.floors import ClaimFloors
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
@@ -77,6 +82,7 @@ class Producer:
         self._stopping = False
         self._idle = False
         self._task: asyncio.Task[None] | None = None
+        self.floors = ClaimFloors() if config.claim_floors else None
         # Claims run on a connection of their own, set up for claims only (no durable
         # commit to wait for, one generic plan); everything else uses the shared pool.
         self.claim_pool: AsyncConnectionPool[Connection] = companion_pool(
@@ -139,6 +145,15 @@ class Producer:
         self._hungry.update(self._slots)
         self._wake.set()
 
+    def noticed(self, payload: str | None) -> None:
+        """A notification's payload (None: the listener (re)connected, some may be lost):
+        a job that went back to its old place in the queue makes the floors read it all."""
+        if self.floors is not None:
+            if payload is None:
+                self.floors.behind()
+            else:
+                self.floors.noticed(payload)
+
     # -- leases ------------------------------------------------------------------------
 
     def held(self) -> list[ClaimedJob]:
@@ -180,8 +195,14 @@ class Producer:
         never waits behind a durable commit; the completer records completions meanwhile."""
         started = time.perf_counter()
         async with self.claim_pool.connection() as conn:
+            floors = None if self.floors is None else await self.floors.refresh(conn, limits)
             jobs = await claims.claim(
-                conn, self._limits, worker_id=self.worker_id, wanted=limits, total=total
+                conn,
+                self._limits,
+                worker_id=self.worker_id,
+                wanted=limits,
+                total=total,
+                floors=floors,
             )
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         return jobs

@@ -151,6 +151,7 @@ class Worker:
             conninfo=conninfo,
             listen=[LISTEN_JOBS],
             notified=self.producer.more_work,
+            noticed=self.producer.noticed,
             name="jobs-listener",
         )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)

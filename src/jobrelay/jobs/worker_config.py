@@ -45,6 +45,9 @@ class WorkerConfig:
     `rates`: rate limits per class on top of those the registry declares (every worker must
     use the same). `fair_claims`: rotate claims across fairness keys (False: strict priority
     and arrival order, the claim before issue 17).
+    `claim_floors`: claims start reading the pending indexes at a per-class floor the claim
+    loop refreshes (`jobs.floors`), so entries of jobs claimed since an old snapshot pinned
+    the horizon are not visited (False: from the start, the claim before issue 27).
     `hold_slot_until_recorded`: a bounded flush window. When the completions not yet
     recorded (buffered or being committed) exceed 4 per slot of the worker, a finished job
     keeps its slot until the flush has recorded its completion (at most one lease), so a
@@ -73,6 +76,7 @@ class WorkerConfig:
     claim_session_settings: bool = True
     rates: Mapping[str, Rate] = field(default_factory=dict)
     fair_claims: bool = True
+    claim_floors: bool = True
     hold_slot_until_recorded: bool = True
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)

@@ -35,11 +35,19 @@
 --   every type) are claimed, so a worker never takes a job it has no handler for; the job
 --   stays pending for a worker that has one. A source whose head is of a type this worker
 --   does not serve is left to another worker (its later jobs wait behind the head).
+-- * Claim floors (issue 27): %(floors)s[i] (NULL: none) is a lower bound on the available_at
+--   of every pending job of class i without source key (`jobs/floors.py`). The scans of
+--   the pending indexes read only `available_at >= floor`, so the entries of jobs claimed
+--   since an old snapshot pinned the horizon (still in the indexes until vacuum may remove
+--   them) are not visited. Running jobs are counted for the fairness load by their live
+--   leases only (`lease_expires_at` reached: a dead worker's job, about to be rescued), for
+--   the same reason. Sources are read without a floor.
 -- * Time is the database's: available_at and the lease use clock_timestamp().
 WITH RECURSIVE wanted AS (
     SELECT
         w.cls,
         w.cap,
+        coalesce(w.floor, '-infinity'::timestamptz) AS floor,
         CASE
             WHEN w.cap IS NULL THEN w.lim
             ELSE greatest(
@@ -56,8 +64,10 @@ WITH RECURSIVE wanted AS (
                 0
             )
         END AS lim
-    FROM unnest(%(classes)s::text[], %(limits)s::integer[], %(caps)s::integer[])
-        AS w (cls, lim, cap)
+    FROM unnest(
+        %(classes)s::text[], %(limits)s::integer[], %(caps)s::integer[],
+        %(floors)s::timestamptz[]
+    ) AS w (cls, lim, cap, floor)
     WHERE NOT (SELECT claims_paused FROM jobs_control)
         AND w.lim > 0
 ),
@@ -107,18 +117,21 @@ fair_keys AS (
     -- class has keys (a one-time filter: the generic plan skips the scan).
     SELECT
         wanted.cls,
+        wanted.floor,
         (
             SELECT min(j.fairness_key)
             FROM jobs AS j
             WHERE j.status = 'pending'
                 AND j.source_key IS NULL
                 AND j.concurrency_class = wanted.cls
+                AND j.available_at >= wanted.floor
         ) AS fairness_key
     FROM wanted
     WHERE %(fair)s::boolean
     UNION ALL
     SELECT
         fair_keys.cls,
+        fair_keys.floor,
         (
             SELECT min(j.fairness_key)
             FROM jobs AS j
@@ -126,6 +139,7 @@ fair_keys AS (
                 AND j.source_key IS NULL
                 AND j.concurrency_class = fair_keys.cls
                 AND j.fairness_key > fair_keys.fairness_key
+                AND j.available_at >= fair_keys.floor
         )
     FROM fair_keys
     WHERE fair_keys.fairness_key IS NOT NULL
@@ -149,6 +163,7 @@ key_heads AS (
             AND j.concurrency_class = fair_keys.cls
             AND j.fairness_key = fair_keys.fairness_key
             AND j.available_at <= clock_timestamp()
+            AND j.available_at >= fair_keys.floor
         ORDER BY j.priority, j.available_at, j.id
         LIMIT 1
     ) AS head
@@ -164,6 +179,7 @@ key_heads AS (
             AND j.concurrency_class = wanted.cls
             AND j.fairness_key IS NULL
             AND j.available_at <= clock_timestamp()
+            AND j.available_at >= wanted.floor
         ORDER BY j.priority, j.available_at, j.id
         LIMIT 1
     ) AS head
@@ -174,6 +190,8 @@ key_load AS (
     SELECT r.concurrency_class AS cls, r.fairness_key, count(*) AS running
     FROM jobs AS r
     WHERE r.status = 'in_progress'
+        -- now(), not clock_timestamp(): a stable bound is an index condition.
+        AND r.lease_expires_at >= now()
         AND r.concurrency_class = ANY(%(classes)s::text[])
         AND r.source_key IS NULL
     GROUP BY r.concurrency_class, r.fairness_key
@@ -191,7 +209,7 @@ drawn_keys AS MATERIALIZED (
         AND key_load.fairness_key IS NOT DISTINCT FROM key_heads.fairness_key
 ),
 chosen_keys AS (
-    SELECT ordered.*, wanted.lim - ordered.nth + 1 AS take
+    SELECT ordered.*, wanted.lim - ordered.nth + 1 AS take, wanted.floor
     FROM (
         SELECT
             drawn_keys.*,
@@ -214,6 +232,7 @@ candidates AS MATERIALIZED (
         FROM jobs AS j
         WHERE j.status = 'pending'
             AND j.available_at <= clock_timestamp()
+            AND j.available_at >= wanted.floor
             AND j.concurrency_class = wanted.cls
             AND j.source_key IS NULL
             AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
@@ -232,6 +251,7 @@ candidates AS MATERIALIZED (
         FROM jobs AS j
         WHERE j.status = 'pending'
             AND j.available_at <= clock_timestamp()
+            AND j.available_at >= chosen_keys.floor
             AND j.concurrency_class = chosen_keys.cls
             AND j.source_key IS NULL
             AND j.fairness_key = chosen_keys.fairness_key
@@ -251,6 +271,7 @@ candidates AS MATERIALIZED (
         FROM jobs AS j
         WHERE j.status = 'pending'
             AND j.available_at <= clock_timestamp()
+            AND j.available_at >= chosen_keys.floor
             AND j.concurrency_class = chosen_keys.cls
             AND j.source_key IS NULL
             AND j.fairness_key IS NULL
@@ -267,13 +288,14 @@ candidates AS MATERIALIZED (
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, j.concurrency_class, j.priority, j.available_at
-        FROM jobs AS j
-        -- An array, not `IN (SELECT ...)`: the heads are then fetched by primary key; the
-        -- generic plan of an IN would hash-join them against a scan of every pending job.
-        WHERE j.id = ANY(
+        -- Each head joined by primary key, not `IN (SELECT ...)` nor `id = ANY(array)`: the
+        -- generic plan of either scanned jobs_type_status_idx through every pending job of
+        -- the served types, dead versions included (issue 27).
+        FROM unnest(
             ARRAY(SELECT heads.id FROM heads WHERE heads.concurrency_class = wanted.cls)
-        )
-            AND j.status = 'pending'
+        ) AS head (id)
+        JOIN jobs AS j ON j.id = head.id
+        WHERE j.status = 'pending'
             AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT wanted.lim

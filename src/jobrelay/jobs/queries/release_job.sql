@@ -1,6 +1,7 @@
 -- The worker gives a claimed job back without running it to the end (graceful shutdown):
 -- pending now, the attempt undone, in its place in the queue (its available_at, at most now),
--- listening workers woken so another one takes it at once. CAS on id + status + claim_token.
+-- listening workers woken so another one takes it at once (payload 'behind': the job may lie
+-- behind their claim floors, jobs/floors.py). CAS on id + status + claim_token.
 WITH released AS (
     UPDATE jobs
     SET
@@ -14,5 +15,5 @@ WITH released AS (
         AND claim_token = %(claim_token)s
     RETURNING id
 )
-SELECT released.id, pg_notify('jobrelay_jobs', '') IS NULL AS woken
+SELECT released.id, pg_notify('jobrelay_jobs', 'behind') IS NULL AS woken
 FROM released

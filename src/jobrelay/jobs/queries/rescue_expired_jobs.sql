@@ -2,7 +2,8 @@
 -- are left (the next claim issues a new token), else failed with lease_expired. Rows being
 -- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
 -- Children are rescued only when their parent was locked first (%(locked_parents)s, see
--- lock_expired_parents). Jobs back to pending wake listening workers. Each ended attempt
+-- lock_expired_parents). Jobs back to pending wake listening workers (payload 'behind', see
+-- jobs/floors.py). Each ended attempt
 -- (with the token it held) goes into job_attempts in the same statement. A rescued job keeps
 -- its place in the queue (its available_at, at most now): its worker died, the job did not
 -- fail, so it does not go behind everything enqueued since.
@@ -47,6 +48,6 @@ attempt AS (
 SELECT rescued.id, rescued.status, rescued.parent_id, wake.sent
 FROM rescued
 LEFT JOIN LATERAL (
-    SELECT pg_notify('jobrelay_jobs', '') IS NULL AS sent
+    SELECT pg_notify('jobrelay_jobs', 'behind') IS NULL AS sent
     WHERE rescued.status = 'pending'
 ) AS wake ON true
