@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(PY) -m bench.chaos db-restart --size 5000 --out bench/chaos/results/db-restart.jsonl
 	$(PY) -m bench.chaos batch-kill --size 5000 --out bench/chaos/results/batch-kill.jsonl
 	$(PY) -m bench.chaos partition --size 2000 --out bench/chaos/results/partition.jsonl
+	$(PY) -m bench.pressure.claim_plan --pending 1000,100000 --keys 1,10,1000 --churn 20000
 	@if [ -n "$(PEERS_DIR)" ]; then PEERS_DIR="$(PEERS_DIR)" PEERS="jobrelay jobrelay_durable procrastinate pgqueuer pgqueuer_pool oban chancy bare_insert" bench/peers/run_with_peers.sh; else echo "==> peer table skipped: set PEERS_DIR to the peer harness"; fi
 	@if [ "$(BENCH_SOAK)" = 1 ]; then \
 		$(PY) -m bench.soak --minutes 60 --rate 100 --out bench/results/soak-free.csv & \

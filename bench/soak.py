@@ -13,7 +13,8 @@ autovacuum as configured), migrated to head. In-process:
 - one `Worker` of 10 slots with the production defaults (fair claims, batched completions,
   retention `--retention-s` with a prune every 60 s);
 - a probe: ten times a second, one claim of one job by the worker's own statement in a
-  transaction that is rolled back (it changes nothing), timed;
+  transaction that is rolled back (it changes nothing), timed; with claim floors refreshed
+  as the worker's claim loop refreshes them (`--no-floors`: neither uses floors);
 - with `--pin-xmin`: a REPEATABLE READ transaction that took a snapshot and an xid at the
   start and stays open (an idle-in-transaction session, an open cursor, a stuck replica
   feedback: vacuum can remove nothing newer) to the end, or until minute
@@ -48,6 +49,7 @@ from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs.claims import claim
 from jobrelay.jobs.enqueue import Enqueuer, EnqueueRequest
+from jobrelay.jobs.floors import ClaimFloors
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
 _SAMPLE = """
@@ -84,12 +86,16 @@ class _Rollback(Exception):
     """Ends the probe's transaction without committing its claim."""
 
 
-async def _probe(conn: Connection) -> float:
+async def _probe(conn: Connection, floors: ClaimFloors | None) -> float:
     start = time.perf_counter()
     try:
         async with conn.transaction():
+            current = None if floors is None else await floors.refresh(conn, ["default"])
             await claim(
-                conn, QueueLimits(lease_s=60, total=1, slots={"default": 1}), worker_id="probe"
+                conn,
+                QueueLimits(lease_s=60, total=1, slots={"default": 1}),
+                worker_id="probe",
+                floors=current,
             )
             raise _Rollback
     except _Rollback:
@@ -109,7 +115,12 @@ async def soak(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
     worker = Worker(
         pool=pool,
         registry=registry,
-        config=WorkerConfig(concurrency=10, retention_s=args.retention_s, prune_interval_s=60.0),
+        config=WorkerConfig(
+            concurrency=10,
+            retention_s=args.retention_s,
+            prune_interval_s=60.0,
+            claim_floors=not args.no_floors,
+        ),
     )
     stop = asyncio.Event()
     probes: list[float] = []
@@ -128,9 +139,10 @@ async def soak(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
     async def probe() -> None:
+        floors = None if args.no_floors else ClaimFloors()  # as the worker's claim loop
         async with pool.connection() as conn:
             while not stop.is_set():
-                probes.append(await _probe(conn))
+                probes.append(await _probe(conn, floors))
                 await asyncio.sleep(0.1)
 
     async def release() -> None:
@@ -189,6 +201,11 @@ def main() -> None:
     parser.add_argument("--pin-xmin", action="store_true")
     parser.add_argument(
         "--release-after-min", type=float, default=None, help="end the pinned transaction then"
+    )
+    parser.add_argument(
+        "--no-floors",
+        action="store_true",
+        help="claims without claim floors (the claim before issue 27), worker and probe",
     )
     parser.add_argument("--retention-s", type=float, default=600.0)
     parser.add_argument("--window-s", type=float, default=60.0)
