@@ -31,7 +31,9 @@ def _intervals(rows: list[dict[str, object]]) -> tuple[list[tuple[float, float]]
 
 def test_a_global_ai_cap_of_two_holds_across_two_worker_processes(db_dsn: str) -> None:
     jobs = [
-        EnqueueRequest("diag.sleep", {"seconds": _SLEEP_S, "concurrencyClass": "ai"})
+        # 200 x 20 ms under a cap of 2: 2 s of work, so a process that starts later than the
+        # other on a loaded machine still gets some (4 ms jobs were 0.4 s: one took them all).
+        EnqueueRequest("diag.sleep", {"seconds": 0.02, "concurrencyClass": "ai"})
         for _ in range(200)
     ]
     enqueue_sync(db_dsn, jobs)
