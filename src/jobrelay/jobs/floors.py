@@ -57,17 +57,12 @@ class ClaimFloors:
         self._floors: dict[str, datetime] = {}
         self._refreshed_at = float("-inf")
         self._full_at = float("-inf")
-        self.refreshes = 0
-        self.full_refreshes = 0
 
-    def behind(self) -> None:
-        """A job may now be pending behind a floor: the next refresh reads everything."""
-        self._full_at = float("-inf")
-
-    def noticed(self, payload: str) -> None:
-        """A notification on the jobs channel (`BEHIND` forces a full refresh)."""
-        if payload == BEHIND:
-            self.behind()
+    def noticed(self, payload: str | None) -> None:
+        """A notification on the jobs channel: `BEHIND`, or None (the listener reconnected,
+        some may be lost), makes the next refresh read everything."""
+        if payload is None or payload == BEHIND:
+            self._full_at = float("-inf")
 
     def current(self, classes: Iterable[str]) -> dict[str, datetime]:
         """The floors known for `classes` (a class not refreshed yet has none)."""
@@ -83,10 +78,7 @@ class ClaimFloors:
         )
         if not names or (not full and now - self._refreshed_at < self.refresh_s):
             return self.current(names)
-        since = [
-            None if full or c not in self._floors else self._floors[c] - self.lookback
-            for c in names
-        ]
+        since = [None if full else self._floors[c] - self.lookback for c in names]
         cursor = await conn.execute(
             _QUERIES.claim_floors,
             {"classes": names, "since": since},
@@ -96,8 +88,6 @@ class ClaimFloors:
             assert isinstance(floor, datetime)
             self._floors[str(row["concurrency_class"])] = floor
         self._refreshed_at = now
-        self.refreshes += 1
         if full:
             self._full_at = now
-            self.full_refreshes += 1
         return self.current(names)

@@ -149,10 +149,7 @@ class Producer:
         """A notification's payload (None: the listener (re)connected, some may be lost):
         a job that went back to its old place in the queue makes the floors read it all."""
         if self.floors is not None:
-            if payload is None:
-                self.floors.behind()
-            else:
-                self.floors.noticed(payload)
+            self.floors.noticed(payload)
 
     # -- leases ------------------------------------------------------------------------
 
