@@ -62,7 +62,7 @@ async def enqueue(
 
 async def row(pool: AsyncConnectionPool[Connection], job_id: uuid.UUID) -> dict[str, Any]:
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT * FROM jobs WHERE id = %s", (job_id,))
+        cur = await conn.execute("SELECT * FROM all_jobs WHERE id = %s", (job_id,))
         found = await cur.fetchone()
     assert found is not None, f"job {job_id} not found"
     return dict(found)

@@ -85,6 +85,6 @@ def persistence(dsn: str, relation: str = "jobs") -> str:
 
 def job_count(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM jobs").fetchone()
+        row = conn.execute("SELECT count(*) FROM all_jobs").fetchone()
     assert row is not None
     return int(row[0])

@@ -63,6 +63,7 @@ from jobrelay.domain.jobs_config import (
     parse_class_counts,
     parse_class_rates,
     parse_failpoints,
+    parse_type_retention,
 )
 
 Environment = Literal["development", "production"]
@@ -717,6 +718,7 @@ class JobsWorkerOptions(TypedDict):
     unserved_fail_after_s: float
     prune_interval_s: float
     retention_s: float | None
+    retention_by_type: dict[str, int | None]
     prune_log_threshold: int
     schedule_grace_s: float
 
@@ -790,6 +792,13 @@ class JobsSettings(_Group):
         ge=0,
         description="Finished jobs older than this are pruned; 0 keeps them forever.",
     )
+    retention_by_type: str = Field(
+        validation_alias="jobs_retention_by_type",
+        default="",
+        description="Retention of the finished jobs of some types, overriding "
+        "JOBRELAY_JOBS_RETENTION_S, e.g. audit.record=365d,media.process=2d (units s, m, h, "
+        "d, w; forever keeps them). Applies to jobs that finish after the change.",
+    )
     prune_log_threshold: int = Field(
         validation_alias="jobs_prune_log_threshold",
         default=1000,
@@ -829,6 +838,12 @@ class JobsSettings(_Group):
         _class_rates(value)
         return value
 
+    @field_validator("retention_by_type")
+    @classmethod
+    def _valid_retention(cls, value: str) -> str:
+        _type_retention(value)
+        return value
+
     @field_validator("failpoints")
     @classmethod
     def _valid_failpoints(cls, value: str) -> str:
@@ -864,6 +879,7 @@ class JobsSettings(_Group):
             unserved_fail_after_s=self.unserved_fail_after_s,
             prune_interval_s=self.prune_interval_s,
             retention_s=self.retention_s or None,  # 0 keeps finished jobs forever
+            retention_by_type=_type_retention(self.retention_by_type),
             prune_log_threshold=self.prune_log_threshold,
             schedule_grace_s=self.schedules_grace_s,
         )
@@ -979,6 +995,10 @@ def _class_caps(text: str) -> dict[str, int]:
 
 def _class_rates(text: str) -> dict[str, Rate]:
     return parse_class_rates(text, what="JOBRELAY_JOBS_RATES")
+
+
+def _type_retention(text: str) -> dict[str, int | None]:
+    return parse_type_retention(text, what="JOBRELAY_JOBS_RETENTION_BY_TYPE")
 
 
 def _organization_weights(text: str) -> tuple[tuple[int, float], ...]:

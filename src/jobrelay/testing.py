@@ -175,7 +175,7 @@ class JobRunner:
                     raise TimeoutError(f"{left} jobs still to run after {timeout_s} s")
                 await asyncio.sleep(self._poll_s)
         async with self.pool.connection() as conn:
-            cursor = await conn.execute("SELECT * FROM jobs ORDER BY created_at, id")
+            cursor = await conn.execute("SELECT * FROM all_jobs ORDER BY created_at, id")
             return [Job.from_row(row) for row in await cursor.fetchall()]
 
     async def _runnable(self) -> int:

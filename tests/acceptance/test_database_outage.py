@@ -168,7 +168,7 @@ def _listeners(dsn: str) -> int:
 def _first_claim_after(dsn: str, moment: object) -> object | None:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         row = conn.execute(
-            "SELECT min(claimed_at) AS t FROM jobs WHERE claimed_at > %s", (moment,)
+            "SELECT min(claimed_at) AS t FROM all_jobs WHERE claimed_at > %s", (moment,)
         ).fetchone()
     return None if row is None else row["t"]
 
@@ -176,7 +176,7 @@ def _first_claim_after(dsn: str, moment: object) -> object | None:
 def _all_completed(dsn: str, ids: set[str]) -> bool:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         rows = conn.execute(
-            "SELECT id::text AS id, status FROM jobs WHERE id = ANY(%s::uuid[])", (list(ids),)
+            "SELECT id::text AS id, status FROM all_jobs WHERE id = ANY(%s::uuid[])", (list(ids),)
         ).fetchall()
     found = {str(r["id"]): r["status"] for r in rows}
     assert set(found) == ids, f"{len(ids - set(found))} acknowledged jobs are missing"

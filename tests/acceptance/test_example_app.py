@@ -106,7 +106,7 @@ async def test_the_example_job_types_run_end_to_end(
 
 
 def _all_done(db_dsn: str) -> list[dict[str, Any]] | None:
-    rows = query(db_dsn, "SELECT * FROM jobs WHERE type LIKE %s", "greetings.%")
+    rows = query(db_dsn, "SELECT * FROM all_jobs WHERE type LIKE %s", "greetings.%")
     return rows if len(rows) == 3 and all(r["status"] == "completed" for r in rows) else None
 
 

@@ -171,14 +171,14 @@ def _progress(dsn: str) -> dict[str, int]:
     # One active job per dedupe key, sampled at every look (the unique index's promise).
     doubled = query(
         dsn,
-        "SELECT type, dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL "
+        "SELECT type, dedupe_key FROM all_jobs WHERE dedupe_key IS NOT NULL "
         "AND status IN ('pending', 'in_progress') GROUP BY 1, 2 HAVING count(*) > 1",
     )
     assert doubled == [], doubled
     [row] = query(
         dsn,
         "SELECT count(*) FILTER (WHERE status = 'completed') AS jobs_done, "
-        "(SELECT count(*) FROM page_import WHERE status <> '0') AS items_done FROM jobs",
+        "(SELECT count(*) FROM page_import WHERE status <> '0') AS items_done FROM all_jobs",
     )
     return {k: int(v) for k, v in row.items()}
 
@@ -247,14 +247,14 @@ def test_many_processes_on_one_server_keep_every_invariant_through_kills(
     assert len({e.id for e in enqueued}) == NOOP_JOBS + MEDIA_JOBS
     [jobs] = query(
         db_dsn,
-        "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'completed') AS open FROM jobs",
+        "SELECT count(*) AS n, count(*) FILTER (WHERE status <> 'completed') AS open FROM all_jobs",
     )
     assert (jobs["n"], jobs["open"]) == (NOOP_JOBS + MEDIA_JOBS, 0)
     # One fenced output per media request, written by the job that completed it.
     media = query(
         db_dsn,
         "SELECT s.media_id, s.job_id = j.id AS by_completer FROM media_processing_state s "
-        "JOIN jobs j ON j.type = 'media.process' AND j.payload->>'mediaId' = s.media_id",
+        "JOIN all_jobs j ON j.type = 'media.process' AND j.payload->>'mediaId' = s.media_id",
     )
     assert len(media) == MEDIA_JOBS and all(m["by_completer"] for m in media)
     # Every item ended completed, each through one child and the stored message.

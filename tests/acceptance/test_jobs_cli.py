@@ -69,7 +69,7 @@ def test_enqueue_refuses_what_the_engine_refuses_naming_the_option(
 ) -> None:
     bad = _jobs(db_dsn, "enqueue", "diag.noop", *args)
     assert bad.returncode == 2 and f"{option}:" in bad.stderr, bad.stderr
-    assert query(db_dsn, "SELECT id FROM jobs") == []
+    assert query(db_dsn, "SELECT id FROM all_jobs") == []
 
 
 def test_why_prints_the_diagnosis_as_the_api_sends_it(db_dsn: str) -> None:

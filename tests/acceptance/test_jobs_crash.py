@@ -54,7 +54,7 @@ def _insert(dsn: str, jobs: list[tuple[str, dict[str, object]]]) -> list[uuid.UU
 def _rows(dsn: str) -> dict[uuid.UUID, dict[str, object]]:
     try:
         with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-            return {r["id"]: r for r in conn.execute("SELECT * FROM jobs").fetchall()}
+            return {r["id"]: r for r in conn.execute("SELECT * FROM all_jobs").fetchall()}
     except psycopg.OperationalError:
         return {}
 

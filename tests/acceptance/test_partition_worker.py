@@ -102,7 +102,7 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
         held = wait_until(
             lambda: query(
                 db_dsn,
-                "SELECT id::text FROM jobs WHERE claimed_by = %s AND status = 'in_progress'",
+                "SELECT id::text FROM all_jobs WHERE claimed_by = %s AND status = 'in_progress'",
                 cut_id,
             ),
             timeout_s=30,
@@ -123,7 +123,7 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
                 lambda: (
                     query(
                         db_dsn,
-                        "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) "
+                        "SELECT count(*) AS n FROM all_jobs WHERE id = ANY(%s::uuid[]) "
                         "AND status <> 'completed'",
                         ids,
                     )[0]["n"]
@@ -148,7 +148,7 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
             lambda: (
                 query(
                     db_dsn,
-                    "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) "
+                    "SELECT count(*) AS n FROM all_jobs WHERE id = ANY(%s::uuid[]) "
                     "AND status = 'completed' AND claimed_by = %s",
                     more,
                     cut_id,
@@ -171,7 +171,7 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
     assert reclaimed - healed_at < RECLAIM_CEILING_S, reclaimed - healed_at
     rows = query(
         db_dsn,
-        "SELECT status, count(*) AS n, max(attempt_count) AS most FROM jobs "
+        "SELECT status, count(*) AS n, max(attempt_count) AS most FROM all_jobs "
         "WHERE id = ANY(%s::uuid[]) GROUP BY status",
         ids,
     )
@@ -181,7 +181,7 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
     held_ids = [row["id"] for row in held]
     rescued = query(
         db_dsn,
-        "SELECT j.id::text, j.claimed_by, a.worker_id AS lost_by FROM jobs AS j "
+        "SELECT j.id::text, j.claimed_by, a.worker_id AS lost_by FROM all_jobs AS j "
         "JOIN job_attempts AS a ON a.job_id = j.id AND a.outcome = 'lease_expired' "
         "WHERE j.id = ANY(%s::uuid[])",
         held_ids,

@@ -263,7 +263,7 @@ def test_the_previous_release_and_this_one_share_a_database(
     with psycopg.connect(empty_db_dsn) as conn:
         statuses = dict(
             conn.execute(
-                "SELECT status, count(*) FROM jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
+                "SELECT status, count(*) FROM all_jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
                 (ids,),
             ).fetchall()
         )
@@ -285,7 +285,7 @@ def _listening(dsn: str) -> int:
 def _ended(dsn: str, ids: list[str]) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM jobs WHERE id = ANY(%s::uuid[]) "
+            "SELECT count(*) FROM all_jobs WHERE id = ANY(%s::uuid[]) "
             "AND status IN ('completed', 'failed', 'cancelled')",
             (ids,),
         ).fetchone()
@@ -297,6 +297,6 @@ def _claimers(dsn: str, ids: list[str]) -> set[str]:
         return {
             str(r[0])
             for r in conn.execute(
-                "SELECT DISTINCT claimed_by FROM jobs WHERE id = ANY(%s::uuid[])", (ids,)
+                "SELECT DISTINCT claimed_by FROM all_jobs WHERE id = ANY(%s::uuid[])", (ids,)
             )
         }

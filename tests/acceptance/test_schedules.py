@@ -36,7 +36,7 @@ def ticked(dsn: str, name: str) -> list[dict[str, Any]]:
     time of the pass that enqueued it, the `now` of its plan)."""
     rows = query(
         dsn,
-        "SELECT dedupe_key, created_at FROM jobs WHERE dedupe_key LIKE %s ORDER BY dedupe_key",
+        "SELECT dedupe_key, created_at FROM all_jobs WHERE dedupe_key LIKE %s ORDER BY dedupe_key",
         f"schedule:{name}:%",
     )
     return [
@@ -196,7 +196,7 @@ def test_jobs_enqueue_takes_a_run_time_with_an_offset(db_dsn: str) -> None:
     created = _cli(db_dsn, "jobs", "enqueue", "diag.noop", "--run-at", "2030-06-01T03:00:00+02:00")
     assert created.returncode == 0, created.stderr
     (row,) = query(
-        db_dsn, "SELECT available_at FROM jobs WHERE id = %s", json.loads(created.stdout)["id"]
+        db_dsn, "SELECT available_at FROM all_jobs WHERE id = %s", json.loads(created.stdout)["id"]
     )
     assert row["available_at"] == dt.datetime.fromisoformat("2030-06-01T01:00:00+00:00")
     for args in (["--run-at", "2030-06-01T03:00:00"],):

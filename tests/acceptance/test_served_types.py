@@ -57,7 +57,7 @@ def test_a_worker_without_the_handler_leaves_the_job_to_one_with_it(db_dsn: str)
         assert "'greetings.greet'" in said, said
         statuses = query(
             db_dsn,
-            "SELECT status, count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
+            "SELECT status, count(*) AS n FROM all_jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
             ids,
         )
         assert [(r["status"], r["n"]) for r in statuses] == [("pending", JOBS)], statuses
@@ -68,7 +68,7 @@ def test_a_worker_without_the_handler_leaves_the_job_to_one_with_it(db_dsn: str)
                 lambda: (
                     query(
                         db_dsn,
-                        "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) "
+                        "SELECT count(*) AS n FROM all_jobs WHERE id = ANY(%s::uuid[]) "
                         "AND status IN ('completed', 'failed')",
                         ids,
                     )[0]["n"]
@@ -85,7 +85,7 @@ def test_a_worker_without_the_handler_leaves_the_job_to_one_with_it(db_dsn: str)
     assert with_app.returncode == 0, app_output
     rows = query(
         db_dsn,
-        "SELECT status, count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
+        "SELECT status, count(*) AS n FROM all_jobs WHERE id = ANY(%s::uuid[]) GROUP BY status",
         ids,
     )
     assert [(r["status"], r["n"]) for r in rows] == [("completed", JOBS)], rows

@@ -44,7 +44,7 @@ def test_bad_slot_and_cap_values_are_one_clear_error(
 
 
 def _rows(dsn: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, object]]:
-    rows = query(dsn, "SELECT * FROM jobs WHERE id = ANY(%s)", ids)
+    rows = query(dsn, "SELECT * FROM all_jobs WHERE id = ANY(%s)", ids)
     return {r["id"]: r for r in rows}
 
 

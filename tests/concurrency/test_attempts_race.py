@@ -66,7 +66,7 @@ async def test_fail_and_cancel_record_one_attempt(pool: Pool, db_dsn: str, first
         await holder.close()
         await other.close()
 
-    [job] = await fetch(pool, "SELECT status FROM jobs WHERE id = %s", job_id)
+    [job] = await fetch(pool, "SELECT status FROM all_jobs WHERE id = %s", job_id)
     attempts = await fetch(pool, "SELECT outcome, claim_token FROM job_attempts")
     expected = "failed" if first == "fail" else "cancelled"
     assert job["status"] == expected

@@ -25,7 +25,7 @@ def _jobs(org: str, n: int) -> list[EnqueueRequest]:
 def _completed(dsn: str, org: str) -> int:
     rows = query(
         dsn,
-        "SELECT count(*) AS n FROM jobs WHERE fairness_key = %s AND status = 'completed'",
+        "SELECT count(*) AS n FROM all_jobs WHERE fairness_key = %s AND status = 'completed'",
         org,
     )
     return int(rows[0]["n"])
@@ -43,11 +43,11 @@ def _race(dsn: str, backlog: int, **env: str) -> dict[str, Any]:
     [row] = query(
         dsn,
         "WITH b AS (SELECT min(created_at) AS arrived, max(finished_at) AS done "
-        "  FROM jobs WHERE fairness_key = 'org-b') "
+        "  FROM all_jobs WHERE fairness_key = 'org-b') "
         "SELECT count(*) FILTER (WHERE a.finished_at <= b.done) AS a_done_when_b_done, "
         "  count(*) FILTER (WHERE a.finished_at > b.arrived AND a.finished_at <= b.done) "
         "    AS a_done_while_b_waited "
-        "FROM jobs AS a, b WHERE a.fairness_key = 'org-a' AND a.status = 'completed'",
+        "FROM all_jobs AS a, b WHERE a.fairness_key = 'org-a' AND a.status = 'completed'",
     )
     print(f"backlog {backlog}: {row}")
     return row

@@ -51,7 +51,7 @@ async def test_50_concurrent_enqueues_of_one_key_make_one_active_job(
     finally:
         for conn in conns:
             await conn.close()
-    active = await fetch(pool, "SELECT id FROM jobs WHERE status IN ('pending', 'in_progress')")
+    active = await fetch(pool, "SELECT id FROM all_jobs WHERE status IN ('pending', 'in_progress')")
     assert len(active) == 1
     assert set(ids) == {active[0]["id"]}
 
@@ -93,7 +93,7 @@ async def _race(
         await holder.close()
         await other.close()
     active = await fetch(
-        pool, "SELECT id, payload FROM jobs WHERE status IN ('pending', 'in_progress')"
+        pool, "SELECT id, payload FROM all_jobs WHERE status IN ('pending', 'in_progress')"
     )
     assert len(active) == 1, active
     assert active[0]["id"] == result.id
@@ -120,7 +120,7 @@ async def test_enqueue_racing_the_end_of_the_active_job(
 
     outcome = await _race(pool, db_dsn, DELTA, end, commit=True)
     assert outcome is EnqueueOutcome.CREATED  # a new job: the ended one could not take it
-    [active] = await fetch(pool, "SELECT payload FROM jobs WHERE status = 'pending'")
+    [active] = await fetch(pool, "SELECT payload FROM all_jobs WHERE status = 'pending'")
     assert active["payload"]["mediaIds"] == ["new"]
 
 
@@ -142,7 +142,7 @@ async def test_enqueue_racing_a_committed_insert_merges(pool: Pool, db_dsn: str)
 
     outcome = await _race(pool, db_dsn, DELTA, insert, commit=True)
     assert outcome is EnqueueOutcome.MERGED
-    [active] = await fetch(pool, "SELECT payload FROM jobs")
+    [active] = await fetch(pool, "SELECT payload FROM all_jobs")
     assert active["payload"]["mediaIds"] == ["first", "new"]
 
 
@@ -182,6 +182,6 @@ async def test_20_clients_merge_1000_ids_while_a_worker_completes(pool: Pool, db
 
 async def _none_active(pool: Pool) -> bool:
     rows = await fetch(
-        pool, "SELECT count(*) AS n FROM jobs WHERE status IN ('pending', 'in_progress')"
+        pool, "SELECT count(*) AS n FROM all_jobs WHERE status IN ('pending', 'in_progress')"
     )
     return bool(rows[0]["n"] == 0)

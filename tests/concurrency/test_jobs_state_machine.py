@@ -44,7 +44,7 @@ def test_jobs_state_machine(db_dsn: str) -> None:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.pool = self.run(open_pool(db_dsn, min_size=1, max_size=2))
-            self.run(self._sql("TRUNCATE jobs, job_attempts, index_delta_applied"))
+            self.run(self._sql("TRUNCATE jobs, finished_jobs, job_attempts, index_delta_applied"))
             self.jobs = service(self.pool)
             self.model: dict[uuid.UUID, ModelJob] = {}
 
@@ -183,7 +183,7 @@ def test_jobs_state_machine(db_dsn: str) -> None:
         def database_matches_model(self) -> None:
             rows = self.run(
                 self._sql(
-                    "SELECT id, status, attempt_count, revision, claim_token, payload FROM jobs"
+                    "SELECT id, status, attempt_count, revision, claim_token, payload FROM all_jobs"
                 )
             )
             assert len(rows) == len(self.model)

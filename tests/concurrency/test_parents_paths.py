@@ -102,7 +102,7 @@ def _all_parents_ended(dsn: str, ids: dict[str, uuid.UUID]) -> dict[uuid.UUID, A
             "WHERE status = 'pending' AND available_at > clock_timestamp() "
             "AND available_at < '9999-12-31 00:00:00+00'"
         )
-    rows = {r["id"]: r for r in query(dsn, "SELECT * FROM jobs WHERE type = 'ccip.batch'")}
+    rows = {r["id"]: r for r in query(dsn, "SELECT * FROM all_jobs WHERE type = 'ccip.batch'")}
     if all(rows[i]["status"] in ("completed", "failed") for i in ids.values()):
         return rows
     return None
@@ -152,8 +152,10 @@ def test_every_parent_path_ends_terminal(db_dsn: str, failpoints: str) -> None:
     assert "dispatch failed" in rows[ids["dispatch_fails"]]["last_error"]
     assert "1 of 2 children did not complete" in rows[ids["mixed"]]["last_error"]
     # No parent waits with no live work, and every child ended.
-    assert query(db_dsn, "SELECT id FROM jobs WHERE status IN ('pending', 'in_progress')") == []
-    unknown = query(db_dsn, "SELECT failure_kind, last_error FROM jobs WHERE type = 'ccip.bogus'")
+    assert query(db_dsn, "SELECT id FROM all_jobs WHERE status IN ('pending', 'in_progress')") == []
+    unknown = query(
+        db_dsn, "SELECT failure_kind, last_error FROM all_jobs WHERE type = 'ccip.bogus'"
+    )
     assert unknown[0]["failure_kind"] == "permanent"
     assert "unknown job type" in unknown[0]["last_error"]
 
@@ -181,7 +183,7 @@ async def _terminal(pool: AsyncConnectionPool[Connection], job_id: uuid.UUID) ->
 
 
 async def _children(pool: AsyncConnectionPool[Connection], parent: uuid.UUID) -> list[Any]:
-    return await fetch(pool, "SELECT * FROM jobs WHERE parent_id = %s", parent)
+    return await fetch(pool, "SELECT * FROM all_jobs WHERE parent_id = %s", parent)
 
 
 @pytest.mark.parametrize("point", ["batch.after_parent", "batch.after_dispatch"])
@@ -195,10 +197,10 @@ async def test_a_failure_while_creating_a_batch_leaves_nothing_behind(
     async with pool.connection() as conn:
         with pytest.raises(InjectedFailure):
             await enqueuer.enqueue(conn, request)
-    assert await fetch(pool, "SELECT id FROM jobs") == [], "no orphan parent, no dispatch"
+    assert await fetch(pool, "SELECT id FROM all_jobs") == [], "no orphan parent, no dispatch"
     async with pool.connection() as conn:  # the failpoint fired once; now it goes through
         created = await enqueuer.enqueue(conn, request)
-    rows = await fetch(pool, "SELECT type, status, parent_id, available_at FROM jobs")
+    rows = await fetch(pool, "SELECT type, status, parent_id, available_at FROM all_jobs")
     assert sorted(r["type"] for r in rows) == ["ccip.batch", "ccip.dispatch"]
     [dispatch] = [r for r in rows if r["type"] == "ccip.dispatch"]
     assert dispatch["parent_id"] == created.id

@@ -15,7 +15,7 @@ from tests.jobs_support import enqueue_sync, query, worker_processes
 
 
 def _starts(dsn: str) -> list[dt.datetime]:
-    rows = query(dsn, "SELECT claimed_at FROM jobs WHERE claimed_at IS NOT NULL")
+    rows = query(dsn, "SELECT claimed_at FROM all_jobs WHERE claimed_at IS NOT NULL")
     return sorted(r["claimed_at"] for r in rows)
 
 
@@ -42,7 +42,7 @@ def _run(dsn: str, *, limit: int, period_s: float, windows: int, used: int) -> N
         def ran_long_enough() -> bool:
             [row] = query(
                 dsn,
-                "SELECT clock_timestamp() - min(claimed_at) >= %s AS done FROM jobs",
+                "SELECT clock_timestamp() - min(claimed_at) >= %s AS done FROM all_jobs",
                 period * windows,
             )
             return bool(row["done"])
@@ -51,7 +51,7 @@ def _run(dsn: str, *, limit: int, period_s: float, windows: int, used: int) -> N
     starts = _starts(dsn)
     first = starts[0]
     observed = [s for s in starts if s < first + period * windows]
-    pending = query(dsn, "SELECT count(*) AS n FROM jobs WHERE attempt_count = 0")
+    pending = query(dsn, "SELECT count(*) AS n FROM all_jobs WHERE attempt_count = 0")
     assert pending[0]["n"] > 0, "work waited the whole time"
     assert _most_in_any_window(starts, period) <= limit
     per_window = [

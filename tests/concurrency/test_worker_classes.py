@@ -17,7 +17,7 @@ def _finished(dsn: str, total: int) -> list[dict[str, object]] | None:
         dsn,
         "SELECT status, claimed_by, extract(epoch FROM claimed_at)::float8 AS claimed, "
         "extract(epoch FROM finished_at)::float8 AS finished, source_key, result "
-        "FROM jobs",
+        "FROM all_jobs",
     )
     done = [r for r in rows if r["status"] in ("completed", "failed", "cancelled")]
     return rows if len(done) == total else None

@@ -83,7 +83,7 @@ async def _pinned_claim_reads(pool: Pool, backlog: int, churn: int) -> tuple[int
         await _add_pending(conn, backlog)
         await conn.execute("VACUUM ANALYZE jobs")
         await pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        await pin.execute("SELECT txid_current(), count(*) FROM jobs")
+        await pin.execute("SELECT txid_current(), count(*) FROM all_jobs")
         await _churn(conn, churn)
         await conn.execute("VACUUM ANALYZE jobs")  # removes nothing the pin can still see
         await claims.configure_claim_session(conn)

@@ -109,7 +109,7 @@ async def test_valid_post_creates_row_and_job_and_the_message_carries_id_and_att
     assert created.status_code == 201, created.text
     body = created.json()
     assert (body["status"], body["attempt"], body["createdBy"]) == ("0", 1, "alice")
-    assert await count(api, "SELECT count(*) FROM jobs WHERE type = 'code2wf.dispatch'") == 1
+    assert await count(api, "SELECT count(*) FROM all_jobs WHERE type = 'code2wf.dispatch'") == 1
 
     async with dispatching(api):
         messages = await drain(aws, aws_resources.queues.work, expect=1, timeout_s=20)
@@ -154,7 +154,7 @@ async def test_a_failure_after_the_insert_leaves_neither_row_nor_job(api: ApiHar
             scope, NewGeneration(page_import_id, "FILE1", "desktop"), actor="alice"
         )
     assert await count(api, "SELECT count(*) FROM code2wf") == 0
-    assert await count(api, "SELECT count(*) FROM jobs WHERE type = 'code2wf.dispatch'") == 0
+    assert await count(api, "SELECT count(*) FROM all_jobs WHERE type = 'code2wf.dispatch'") == 0
 
 
 @pytest.mark.parametrize("state", ["processing", "failed", "deleted", "other project"])
@@ -184,7 +184,7 @@ async def test_creation_needs_a_completed_visible_page_import_of_the_project(
     if response.status_code == 422:
         assert response.json()["errors"][0]["path"] == "pageImportId"
     assert await count(api, "SELECT count(*) FROM code2wf") == 0
-    assert await count(api, "SELECT count(*) FROM jobs WHERE type = 'code2wf.dispatch'") == 0
+    assert await count(api, "SELECT count(*) FROM all_jobs WHERE type = 'code2wf.dispatch'") == 0
 
 
 async def test_a_page_import_of_another_organization_is_not_visible(api: ApiHarness) -> None:
@@ -223,7 +223,9 @@ async def test_dispatch_failing_until_retries_are_used_up_fails_the_row(api: Api
             return row if row["status"] == "2" else None
 
         row = await eventually(failed, what="the generation to fail")
-    max_attempts = await count(api, "SELECT max_attempts FROM jobs WHERE type = 'code2wf.dispatch'")
+    max_attempts = await count(
+        api, "SELECT max_attempts FROM all_jobs WHERE type = 'code2wf.dispatch'"
+    )
     assert sends == max_attempts, "every attempt tried to send, then it gave up"
     assert f"dispatch failed after {max_attempts} attempts" in row["errorMessage"]
     assert "SQS is down" not in row["errorMessage"], "a safe message, not the raw error"
@@ -449,7 +451,7 @@ async def test_the_dispatch_of_many_generations_opens_one_sqs_client(
         async def dispatched() -> int:
             done = await count(
                 api,
-                "SELECT count(*) FROM jobs WHERE type = 'code2wf.dispatch' "
+                "SELECT count(*) FROM all_jobs WHERE type = 'code2wf.dispatch' "
                 "AND status = 'completed' AND (result ->> 'dispatched')::boolean",
             )
             return done if done == len(created) else 0

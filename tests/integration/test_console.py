@@ -241,7 +241,7 @@ async def test_health_tables_oldest_transaction_lease_losses_and_relay_lag(
     holder = await psycopg.AsyncConnection.connect(db_dsn, application_name="console-holder")
     try:
         await holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        await holder.execute("SELECT count(*) FROM jobs")
+        await holder.execute("SELECT count(*) FROM all_jobs")
         holder_pid = holder.info.backend_pid
         await _enqueue(api)  # a transaction after the holder's snapshot
 
@@ -271,7 +271,7 @@ async def test_health_tables_oldest_transaction_lease_losses_and_relay_lag(
     assert oldest["applicationName"] == "console-holder"
     assert oldest["state"] == "idle in transaction"
     assert oldest["xminAge"] >= 1
-    assert "count(*) FROM jobs" in oldest["query"]
+    assert "count(*) FROM all_jobs" in oldest["query"]
 
     assert body["leaseLosses"] == {
         "failedLastHour": 1,

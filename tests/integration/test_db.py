@@ -16,7 +16,7 @@ INSERT_JOB = "INSERT INTO jobs (id, type, dedupe_key) VALUES (gen_random_uuid(),
 
 async def _count_jobs(pool: AsyncConnectionPool[Connection]) -> int:
     async with pool.connection() as conn:
-        row = await (await conn.execute("SELECT count(*) AS n FROM jobs")).fetchone()
+        row = await (await conn.execute("SELECT count(*) AS n FROM all_jobs")).fetchone()
     assert row is not None
     return int(str(row["n"]))
 

@@ -11,7 +11,7 @@ import pytest
 
 from jobrelay.domain.jobs import FailureKind, LeaseLost
 from jobrelay.domain.jobs_config import QueueLimits
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, retention
 from jobrelay.jobs.models import ClaimedJob
 from tests.harness import ApiHarness
 from tests.integration import test_console_ui
@@ -143,14 +143,19 @@ async def test_pruning_a_finished_job_removes_its_attempts_and_its_childrens(
 
     count = "SELECT job_id FROM job_attempts ORDER BY job_id"
     assert {r["job_id"] for r in await _sql(api, count)} == {job_id, child, kept}
+    # Past their purge day: the rows move to the default partition (no partition for
+    # yesterday exists), whose overdue jobs the pass deletes with their attempts.
     await _sql(
         api,
-        "UPDATE jobs SET finished_at = finished_at - interval '2 days' WHERE id = ANY(%s)",
-        [job_id, parent],
+        "UPDATE finished_jobs SET purge_on = current_date - 1 WHERE id = ANY(%s)",
+        [job_id, parent, child],
     )
     async with api.services.pool.connection() as conn:
-        assert await claims.prune_finished(conn, retention_s=86400) == 2
-    assert await _sql(api, "SELECT id FROM jobs WHERE id = ANY(%s)", [job_id, parent, child]) == []
+        done = await retention.apply(conn, retention.Retention(default_s=86400.0))
+    assert done.purged == 3
+    assert (
+        await _sql(api, "SELECT id FROM all_jobs WHERE id = ANY(%s)", [job_id, parent, child]) == []
+    )
     assert [r["job_id"] for r in await _sql(api, count)] == [kept]
 
 

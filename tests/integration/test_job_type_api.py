@@ -77,7 +77,7 @@ async def test_a_handler_enqueues_children_in_its_completing_transaction(
     registry = _group().registry()
     parent = await run_job(registry, db_dsn, "test.fanout", {"count": 3})
     assert parent.status == "completed"
-    rows = await fetch(pool, "SELECT type FROM jobs WHERE type = 'test.nap'")
+    rows = await fetch(pool, "SELECT type FROM all_jobs WHERE type = 'test.nap'")
     assert len(rows) == 3
 
 
@@ -111,7 +111,7 @@ async def test_the_payload_limit_counts_utf8_bytes_not_json_escapes(pool: Pool) 
     # 60,000 characters of Japanese text: 180,000 UTF-8 bytes, 360,000 as \\uXXXX escapes.
     text = "日本語" * 20_000
     accepted = await jobs.enqueue(EnqueueRequest("diag.noop", {"text": text}))
-    [stored] = await fetch(pool, "SELECT payload FROM jobs WHERE id = %s", accepted.id)
+    [stored] = await fetch(pool, "SELECT payload FROM all_jobs WHERE id = %s", accepted.id)
     assert stored["payload"]["text"] == text
     with pytest.raises(InvalidInput) as too_big:
         await jobs.enqueue(EnqueueRequest("diag.noop", {"text": text * 2}))
@@ -126,5 +126,7 @@ async def test_a_job_of_a_payload_chosen_class_runs_in_that_class(pool: Pool) ->
 
 
 async def _completed(pool: Pool, job_id: uuid.UUID) -> bool:
-    [found] = await fetch(pool, "SELECT status, concurrency_class FROM jobs WHERE id = %s", job_id)
+    [found] = await fetch(
+        pool, "SELECT status, concurrency_class FROM all_jobs WHERE id = %s", job_id
+    )
     return found["status"] == "completed" and found["concurrency_class"] == "gpu"

@@ -138,7 +138,9 @@ async def test_no_worker_serves_the_class_from_a_real_workers_heartbeat(pool: Po
         assert "'ai'" in why.message
         noop = await _enqueue(pool)
         done = await eventually(
-            lambda: fetch(pool, "SELECT 1 FROM jobs WHERE id = %s AND status = 'completed'", noop)
+            lambda: fetch(
+                pool, "SELECT 1 FROM all_jobs WHERE id = %s AND status = 'completed'", noop
+            )
         )
         assert done
     # A clean stop deletes the row.
@@ -183,7 +185,7 @@ async def test_parent_waiting_for_its_children_counts_them(pool: Pool) -> None:
     assert "2 active" in why.message
 
     # Cancelling the parent cancels its children: a child names its parent.
-    child = (await fetch(pool, "SELECT id FROM jobs WHERE parent_id = %s LIMIT 1", parent))[0]
+    child = (await fetch(pool, "SELECT id FROM all_jobs WHERE parent_id = %s LIMIT 1", parent))[0]
     await service(pool).cancel(parent)
     why = await _why(pool, child["id"])
     assert why.reason is Reason.CANCELLED

@@ -3,8 +3,6 @@ and the known traps of ON CONFLICT on a partial unique index."""
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
@@ -111,7 +109,7 @@ async def test_bulk_folds_duplicate_keys_before_the_statement(pool: Pool) -> Non
     assert results[4].id == results[5].id
     assert results[5].outcome is EnqueueOutcome.DEDUPLICATED
     assert results[6].id != results[7].id
-    assert len(await fetch(pool, "SELECT id FROM jobs")) == 5
+    assert len(await fetch(pool, "SELECT id FROM all_jobs")) == 5
     # Without folding, the same rows in one statement fail: the trap is real.
     async with pool.connection() as conn:
         with pytest.raises(psycopg.errors.CardinalityViolation):
@@ -150,10 +148,10 @@ async def test_enqueue_joins_the_callers_transaction(pool: Pool) -> None:
         with pytest.raises(RuntimeError):
             async with conn.transaction():
                 created = await jobs.enqueue(EnqueueRequest("diag.noop", {}), conn=conn)
-                assert len(await fetch(pool, "SELECT id FROM jobs")) == 0  # invisible
+                assert len(await fetch(pool, "SELECT id FROM all_jobs")) == 0  # invisible
                 raise RuntimeError("caller fails")
     assert created.outcome is EnqueueOutcome.CREATED
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_bad_input_names_the_field_and_stores_nothing(pool: Pool) -> None:
@@ -172,7 +170,7 @@ async def test_bad_input_names_the_field_and_stores_nothing(pool: Pool) -> None:
             [EnqueueRequest("diag.noop", {}), EnqueueRequest("diag.sleep", {"seconds": -1})]
         )
     assert bulk.value.errors[0].path == "1.payload.seconds"
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_paused_enqueue_is_refused(pool: Pool) -> None:
@@ -180,7 +178,7 @@ async def test_paused_enqueue_is_refused(pool: Pool) -> None:
         await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
     with pytest.raises(Paused):
         await service(pool).enqueue(EnqueueRequest("diag.noop", {}))
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_paused_enqueue_refuses_jobs_with_and_without_a_key(pool: Pool) -> None:
@@ -196,7 +194,7 @@ async def test_paused_enqueue_refuses_jobs_with_and_without_a_key(pool: Pool) ->
         await jobs.enqueue_many([EnqueueRequest("diag.noop", {}), keyed])
     with pytest.raises(Paused):
         await jobs.enqueue_many([EnqueueRequest("diag.noop", {"i": 1})] * 3)
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_bulk_with_and_without_keys_returns_every_job_in_order(pool: Pool) -> None:
@@ -212,7 +210,7 @@ async def test_bulk_with_and_without_keys_returns_every_job_in_order(pool: Pool)
         EnqueueOutcome.CREATED,
     ]
     assert results[1].id == first.id
-    stored = {r["id"]: r for r in await fetch(pool, "SELECT id, payload, revision FROM jobs")}
+    stored = {r["id"]: r for r in await fetch(pool, "SELECT id, payload, revision FROM all_jobs")}
     assert stored[results[0].id]["payload"] == {"i": 0}
     assert stored[results[2].id]["payload"] == {"i": 2}
     assert results[0].revision == stored[results[0].id]["revision"] == 1
@@ -223,14 +221,14 @@ async def test_bulk_with_and_without_keys_is_all_or_nothing(pool: Pool) -> None:
     """Two statements (without and with a key) run in one transaction: when the second
     fails, the jobs the first inserted are gone too."""
     jobs = service(pool)
-    dangling = EnqueueRequest(
-        "media.process",
-        {"mediaId": "m", "revision": 1, "sourceId": "s"},
-        parent_id=uuid.uuid4(),  # no such parent: the foreign key fails the keyed statement
-    )
-    with pytest.raises(psycopg.errors.ForeignKeyViolation):
-        await jobs.enqueue_many([EnqueueRequest("diag.noop", {}), dangling])
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    async with pool.connection() as conn:  # this test's database refuses every keyed job
+        await conn.execute(
+            "ALTER TABLE jobs ADD CONSTRAINT no_keys CHECK (dedupe_key IS NULL) NOT VALID"
+        )
+    keyed = EnqueueRequest("media.process", {"mediaId": "m", "revision": 1, "sourceId": "s"})
+    with pytest.raises(psycopg.errors.CheckViolation, match="no_keys"):
+        await jobs.enqueue_many([EnqueueRequest("diag.noop", {}), keyed])
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_bulk_copy_path_stores_every_job_like_the_statement(pool: Pool) -> None:
@@ -245,7 +243,7 @@ async def test_bulk_copy_path_stores_every_job_like_the_statement(pool: Pool) ->
     stored = await fetch(
         pool,
         "SELECT id, payload, priority, status, role, concurrency_class, max_attempts, "
-        "available_at <= clock_timestamp() AS due FROM jobs",
+        "available_at <= clock_timestamp() AS due FROM all_jobs",
     )
     by_id = {r["id"]: r for r in stored}
     assert [by_id[r.id]["payload"] for r in results] == [{"i": i} for i in range(n)]
@@ -270,7 +268,7 @@ async def test_bulk_copy_path_keeps_text_that_copy_would_read_as_escapes(pool: P
     results = await jobs.enqueue_many(requests)
     stored = {
         r["id"]: r
-        for r in await fetch(pool, "SELECT id, payload, source_key, fairness_key FROM jobs")
+        for r in await fetch(pool, "SELECT id, payload, source_key, fairness_key FROM all_jobs")
     }
     for i, result in enumerate(results[:-1]):
         job = stored[result.id]
@@ -287,7 +285,7 @@ async def test_a_payload_that_cannot_be_stored_as_json_is_refused(pool: Pool) ->
             [EnqueueRequest("diag.noop", {"text": "lone \ud800 surrogate"})] * COPY_MIN_ROWS
         )
     assert refused.value.errors[0].path == "0.payload"
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_bulk_copy_path_respects_pause_and_the_callers_transaction(pool: Pool) -> None:
@@ -298,12 +296,12 @@ async def test_bulk_copy_path_respects_pause_and_the_callers_transaction(pool: P
             async with conn.transaction():
                 await jobs.enqueue_many(many, conn=conn)
                 raise RuntimeError("caller fails")
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
     async with pool.connection() as conn:
         await conn.execute("UPDATE jobs_control SET enqueue_paused = true")
     with pytest.raises(Paused):
         await jobs.enqueue_many(many)
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_streamed_copy_stores_nothing_when_a_late_chunk_is_invalid(pool: Pool) -> None:
@@ -324,13 +322,13 @@ async def test_streamed_copy_stores_nothing_when_a_late_chunk_is_invalid(pool: P
         f"{COPY_CHUNK_ROWS + 5}.payload.seconds",
         f"{n - 1}.maxAttempts",
     ]
-    assert [r["id"] for r in await fetch(pool, "SELECT id FROM jobs")] == [kept[0].id]
+    assert [r["id"] for r in await fetch(pool, "SELECT id FROM all_jobs")] == [kept[0].id]
     # The same requests, mended, go through on a fresh connection.
     requests[COPY_CHUNK_ROWS + 5] = EnqueueRequest("diag.sleep", {"seconds": 0})
     requests[n - 1] = EnqueueRequest("diag.sleep", {"seconds": 0})
     results = await jobs.enqueue_many(requests)
     assert len({r.id for r in results}) == n
-    assert len(await fetch(pool, "SELECT id FROM jobs")) == n + 1
+    assert len(await fetch(pool, "SELECT id FROM all_jobs")) == n + 1
 
 
 async def test_paused_bulk_names_invalid_input_first(pool: Pool) -> None:
@@ -344,16 +342,16 @@ async def test_paused_bulk_names_invalid_input_first(pool: Pool) -> None:
     with pytest.raises(InvalidInput) as refused:
         await jobs.enqueue_many(requests)
     assert [e.path for e in refused.value.errors] == ["3.payload.seconds"]
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_bulk_with_a_delay_takes_the_statement(pool: Pool) -> None:
     jobs = service(pool)
     many = [EnqueueRequest("diag.noop", {"i": i}) for i in range(COPY_MIN_ROWS)]
     await jobs.enqueue_many([*many, EnqueueRequest("diag.noop", {}, delay_s=3600)])
-    later = await fetch(pool, "SELECT id FROM jobs WHERE available_at > clock_timestamp()")
+    later = await fetch(pool, "SELECT id FROM all_jobs WHERE available_at > clock_timestamp()")
     assert len(later) == 1
-    assert len(await fetch(pool, "SELECT id FROM jobs")) == COPY_MIN_ROWS + 1
+    assert len(await fetch(pool, "SELECT id FROM all_jobs")) == COPY_MIN_ROWS + 1
 
 
 @pytest.mark.parametrize(
@@ -408,7 +406,7 @@ async def test_a_stored_enqueue_while_paused_stores_nothing(pool: Pool) -> None:
     ):
         with pytest.raises(Paused):
             await service(pool).enqueue(request, stored=True)
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 @pytest.mark.parametrize(
@@ -429,7 +427,7 @@ async def test_the_engine_checks_the_enqueue_contract_for_every_caller(
     with pytest.raises(InvalidInput) as bulk:
         await service(pool).enqueue_many([EnqueueRequest("diag.noop", {}), request_])
     assert [e.path for e in bulk.value.errors] == [f"1.{path}"]
-    assert await fetch(pool, "SELECT id FROM jobs") == []
+    assert await fetch(pool, "SELECT id FROM all_jobs") == []
 
 
 async def test_the_python_row_is_the_database_type_field_for_field(pool: Pool) -> None:

@@ -42,7 +42,7 @@ def _keys(jobs: list[ClaimedJob]) -> Counter[str | None]:
 
 async def test_the_fairness_key_is_stored_at_enqueue(pool: Pool) -> None:
     await service(pool).enqueue_many([_job("org-a"), _job(None)])
-    rows = await fetch(pool, "SELECT fairness_key FROM jobs ORDER BY fairness_key")
+    rows = await fetch(pool, "SELECT fairness_key FROM all_jobs ORDER BY fairness_key")
     assert [r["fairness_key"] for r in rows] == ["org-a", None]
 
 
@@ -86,7 +86,7 @@ async def test_priority_wins_across_priorities(pool: Pool) -> None:
     assert {j.payload["fairnessKey"] for j in first} == {"a", "b"}
     assert _keys(first) == {"a": 7, "b": 1}, "every priority-0 job before any priority-5 job"
     priorities = await fetch(
-        pool, "SELECT DISTINCT priority FROM jobs WHERE status = 'in_progress'"
+        pool, "SELECT DISTINCT priority FROM all_jobs WHERE status = 'in_progress'"
     )
     assert [r["priority"] for r in priorities] == [0]
 
@@ -152,7 +152,7 @@ async def test_a_fairness_function_keys_the_job(pool: Pool) -> None:
         await Enqueuer(registry, payload_limit_bytes=10_000).enqueue(
             conn, EnqueueRequest("t.org", {"organizationId": 42})
         )
-    rows = await fetch(pool, "SELECT fairness_key FROM jobs")
+    rows = await fetch(pool, "SELECT fairness_key FROM all_jobs")
     assert [r["fairness_key"] for r in rows] == ["42"]
 
 

@@ -63,7 +63,7 @@ async def test_each_filter_keeps_the_matching_jobs(api: ApiHarness) -> None:
     )
     await _sql(
         api,
-        "UPDATE jobs SET finished_at = timestamptz '2026-01-02 00:00Z' WHERE id = %s",
+        "UPDATE finished_jobs SET finished_at = timestamptz '2026-01-02 00:00Z' WHERE id = %s",
         noop,
     )
 
@@ -187,7 +187,7 @@ async def test_the_list_reads_indexes_not_the_whole_history(api: ApiHarness) -> 
     rows = 30_000
     await _sql(api, _BULK, rows, rows)
     await _sql(api, "ANALYZE jobs")
-    newest = await _sql(api, "SELECT id FROM jobs ORDER BY id DESC OFFSET 100 LIMIT 1")
+    newest = await _sql(api, "SELECT id FROM all_jobs ORDER BY id DESC OFFSET 100 LIMIT 1")
     base = {
         k: None
         for k in [

@@ -84,7 +84,7 @@ async def test_the_window_is_shared_by_every_claimer(pool: Pool) -> None:
         assert len(got) == 5
         assert await _claim(second, 10, FIVE_PER_MINUTE, "w2") == []
         assert await _claim(first, 10, FIVE_PER_MINUTE, "w1") == []
-    held = await fetch(pool, "SELECT DISTINCT attempt_count FROM jobs WHERE status = 'pending'")
+    held = await fetch(pool, "SELECT DISTINCT attempt_count FROM all_jobs WHERE status = 'pending'")
     assert [r["attempt_count"] for r in held] == [0], "held back by the rate: not an attempt"
     [window] = await fetch(pool, "SELECT max_starts, period_s, starts FROM job_rate_windows")
     assert (window["max_starts"], window["period_s"], len(window["starts"])) == (5, 60.0, 5)
@@ -103,7 +103,7 @@ async def test_a_claimer_waits_for_the_uncommitted_starts_of_another(pool: Pool)
             )
             assert not racing.done()
         assert len(await racing) == 2
-    running = await fetch(pool, "SELECT count(*) AS n FROM jobs WHERE status = 'in_progress'")
+    running = await fetch(pool, "SELECT count(*) AS n FROM all_jobs WHERE status = 'in_progress'")
     assert running[0]["n"] == 5
 
 
@@ -133,7 +133,7 @@ async def test_the_window_slides(pool: Pool) -> None:
 
         await eventually(more, what="the window to free two starts")
         assert len(later) == 2
-    rows = await fetch(pool, "SELECT claimed_at FROM jobs WHERE claimed_at IS NOT NULL")
+    rows = await fetch(pool, "SELECT claimed_at FROM all_jobs WHERE claimed_at IS NOT NULL")
     starts = sorted(r["claimed_at"] for r in rows)
     assert len(starts) == 4
     assert starts[2] - starts[0] >= dt.timedelta(seconds=0.5)
@@ -147,9 +147,9 @@ async def test_the_diagnosis_says_rate_limited_until_when(pool: Pool) -> None:
             conn, worker_id="w", class_slots={"default": 5}, global_caps={}, interval_s=60
         )
         await _claim(conn, 10, FIVE_PER_MINUTE)
-        [waiting] = await fetch(pool, "SELECT id FROM jobs WHERE status = 'pending'")
+        [waiting] = await fetch(pool, "SELECT id FROM all_jobs WHERE status = 'pending'")
         found = await diagnose(conn, waiting["id"], registry=registry())
-    [first] = await fetch(pool, "SELECT min(claimed_at) AS at FROM jobs")
+    [first] = await fetch(pool, "SELECT min(claimed_at) AS at FROM all_jobs")
     assert found.reason is Reason.RATE_LIMITED
     assert found.rate_limit == "5/60s"
     assert found.rate_limited_until == first["at"] + dt.timedelta(seconds=60)

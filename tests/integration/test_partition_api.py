@@ -134,7 +134,7 @@ async def test_requests_answer_503_within_seconds_and_recover(
         stored = {
             str(row[0])
             for row in conn.execute(
-                "SELECT id FROM jobs WHERE id = ANY(%s::uuid[])", [list(accepted)]
+                "SELECT id FROM all_jobs WHERE id = ANY(%s::uuid[])", [list(accepted)]
             )
         }
     assert stored == accepted

@@ -120,7 +120,7 @@ def test_a_worker_through_pgbouncer_without_a_direct_url_polls_and_says_so_once(
         def all_completed() -> bool:
             with psycopg.connect(db_dsn) as conn:
                 rows = conn.execute(
-                    "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'completed'",
+                    "SELECT count(*) FROM all_jobs WHERE id = ANY(%s) AND status = 'completed'",
                     (ids,),
                 ).fetchone()
             return bool(rows and rows[0] == len(ids))

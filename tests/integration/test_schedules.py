@@ -38,7 +38,7 @@ async def schedule_row(pool: AsyncConnectionPool[Connection], name: str) -> dict
 
 async def scheduled_keys(pool: AsyncConnectionPool[Connection]) -> list[str]:
     rows = await fetch(
-        pool, "SELECT dedupe_key FROM jobs WHERE dedupe_key LIKE 'schedule:%%' ORDER BY 1"
+        pool, "SELECT dedupe_key FROM all_jobs WHERE dedupe_key LIKE 'schedule:%%' ORDER BY 1"
     )
     return [str(r["dedupe_key"]) for r in rows]
 
@@ -104,7 +104,9 @@ async def test_concurrent_tickers_enqueue_each_due_tick_exactly_once(
     row = await schedule_row(pool, "every-second")
     assert row["last_tick_at"] == ticks[-1]
     assert row["next_tick_at"] == ticks[-1] + dt.timedelta(seconds=1)
-    (last_job,) = await fetch(pool, "SELECT dedupe_key FROM jobs WHERE id = %s", row["last_job_id"])
+    (last_job,) = await fetch(
+        pool, "SELECT dedupe_key FROM all_jobs WHERE id = %s", row["last_job_id"]
+    )
     assert last_job["dedupe_key"] == keys[-1]
 
 
@@ -179,7 +181,7 @@ async def test_missed_ticks_follow_the_catch_up_policy(
             pass
     rows = await fetch(
         pool,
-        "SELECT dedupe_key, created_at FROM jobs WHERE dedupe_key LIKE 'schedule:%%'"
+        "SELECT dedupe_key, created_at FROM all_jobs WHERE dedupe_key LIKE 'schedule:%%'"
         " ORDER BY dedupe_key",
     )
     lateness: dict[str, list[float]] = {"one": [], "skip": []}

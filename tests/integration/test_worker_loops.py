@@ -16,6 +16,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import Paused
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.maintenance import Pruner
+from jobrelay.jobs.retention import Retention
 from jobrelay.jobs.worker import WorkerConfig
 from jobrelay.ops.control import set_pause
 from tests.jobs_support import eventually, fetch, row, running_worker, service
@@ -144,7 +145,7 @@ async def test_a_job_reclaimed_while_its_retried_run_is_still_ending_runs_its_ne
             # last_error, not failure_kind: on a busy machine the new claim may already have
             # completed (clearing failure_kind) before this return runs; the error stays.
             found = await (
-                await conn.execute("SELECT last_error FROM jobs WHERE id = %s", (job.id,))
+                await conn.execute("SELECT last_error FROM all_jobs WHERE id = %s", (job.id,))
             ).fetchone()
             if found is None or found["last_error"] is None:
                 return
@@ -166,7 +167,7 @@ async def test_a_job_reclaimed_while_its_retried_run_is_still_ending_runs_its_ne
 
 async def _reclaimed(conn: Connection, job_id: uuid.UUID) -> bool:
     found = await (
-        await conn.execute("SELECT attempt_count FROM jobs WHERE id = %s", (job_id,))
+        await conn.execute("SELECT attempt_count FROM all_jobs WHERE id = %s", (job_id,))
     ).fetchone()
     return found is not None and found["attempt_count"] == 2
 
@@ -194,7 +195,11 @@ async def test_paused_claims_run_nothing_and_paused_enqueue_is_refused(pool: Poo
             raise AssertionError("enqueue must be refused while paused")
 
 
-async def test_the_pruner_deletes_old_finished_jobs_with_their_children(pool: Pool) -> None:
+async def test_the_pruner_moves_jobs_finished_in_place_and_purges_the_overdue(
+    pool: Pool,
+) -> None:
+    """Jobs an earlier release finished in `jobs` move to `finished_jobs`; those past their
+    purge day (finish day plus the retention) go in the same pass, the others stay."""
     jobs = service(pool)
     old, recent, active = [
         e.id
@@ -205,20 +210,25 @@ async def test_the_pruner_deletes_old_finished_jobs_with_their_children(pool: Po
         await conn.execute(
             "UPDATE jobs SET status = 'completed', finished_at = now() - %s::interval "
             "WHERE id = ANY(%s)",
-            ("2 hours", [old]),
+            ("3 days", [old]),
         )
         await conn.execute(
             "UPDATE jobs SET status = 'failed', finished_at = now() WHERE id = %s", (recent,)
         )
         await conn.execute(
             "INSERT INTO jobs (id, type, parent_id, status, finished_at) "
-            "VALUES (%s, 'diag.noop', %s, 'completed', now() - interval '3 hours')",
+            "VALUES (%s, 'diag.noop', %s, 'completed', now() - interval '4 days')",
             (child, old),
         )
-    pruner = Pruner(pool=pool, interval_s=60, retention_s=3600, limit=1)
-    assert await pruner.run_once() == 1
-    left = {r["id"] for r in await fetch(pool, "SELECT id FROM jobs")}
-    assert left == {recent, active}, "the old job went, its child with it (cascade)"
+    pruner = Pruner(pool=pool, interval_s=60, retention=Retention(default_s=3600.0), limit=1)
+    assert await pruner.run_once() == 5, pruner.last
+    assert pruner.last is not None
+    assert (pruner.last.moved, pruner.last.purged) == (3, 2)
+    left = {r["id"]: r["status"] for r in await fetch(pool, "SELECT id, status FROM all_jobs")}
+    assert left == {recent: "failed", active: "pending"}
+    [moved] = await fetch(pool, "SELECT id FROM finished_jobs")
+    assert moved["id"] == recent
+    assert await pruner.run_once() == 0, "a second pass has nothing to do"
 
 
 def test_loops_and_config_refuse_bad_values() -> None:

@@ -1,7 +1,8 @@
-"""Worker configuration values as text: slots and global caps per concurrency class, and
-failpoints. Pure parsing shared by the CLI (`--slots`) and the settings
-(`JOBRELAY_WORKER_SLOTS`, `JOBRELAY_JOBS_GLOBAL_CAPS`, `JOBRELAY_JOBS_FAILPOINTS`); every
-error names the offending value. `QueueLimits` is what a claim reads once they are resolved.
+"""Worker configuration values as text: slots and global caps per concurrency class,
+failpoints and retention per job type. Pure parsing shared by the CLI (`--slots`) and the
+settings (`JOBRELAY_WORKER_SLOTS`, `JOBRELAY_JOBS_GLOBAL_CAPS`, `JOBRELAY_JOBS_FAILPOINTS`,
+`JOBRELAY_JOBS_RETENTION_BY_TYPE`); every error names the offending value. `QueueLimits`
+is what a claim reads once they are resolved.
 """
 
 from __future__ import annotations
@@ -61,6 +62,42 @@ def key_values(text: str, *, what: str, expected: str, key: str) -> Iterator[tup
             raise ConfigError(f"invalid {what} {text!r}: {key} {name!r} given twice")
         seen.add(name)
         yield part, name, value
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_TEXT = re.compile(r"^(\d+)([smhdw]?)$")
+KEEP_FOREVER = "forever"
+
+
+def parse_duration(value: str, *, what: str) -> int:
+    """Whole seconds from `"30d"`, `"12h"`, `"90m"`, `"3600s"` or `"3600"`; raises
+    `ConfigError` naming `what` when it is malformed, zero or negative."""
+    found = _DURATION_TEXT.fullmatch(value.strip().lower())
+    if found is None:
+        raise ConfigError(
+            f"invalid {what} {value!r}: expected a whole number with an optional unit "
+            "s, m, h, d or w, e.g. 30d, 12h, 3600"
+        )
+    seconds = int(found.group(1)) * _DURATION_UNITS[found.group(2) or "s"]
+    if seconds <= 0:
+        raise ConfigError(f"invalid {what} {value!r}: must be > 0")
+    return seconds
+
+
+def parse_type_retention(text: str, *, what: str) -> dict[str, int | None]:
+    """`"audit.record=365d,media.process=2d,code2wf.dispatch=forever"` -> seconds to keep
+    finished jobs of each type (None: forever). Raises `ConfigError` naming `what` and the
+    bad part."""
+    kept: dict[str, int | None] = {}
+    for _part, name, value in key_values(
+        text, what=what, expected="TYPE=DURATION, e.g. audit.record=365d", key="job type"
+    ):
+        kept[name] = (
+            None
+            if value.lower() == KEEP_FOREVER
+            else parse_duration(value, what=f"{what} retention of {name!r}")
+        )
+    return kept
 
 
 def parse_class_counts(text: str, *, what: str, minimum: int = 0) -> dict[str, int]:

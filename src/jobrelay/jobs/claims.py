@@ -443,11 +443,3 @@ async def cancel(conn: Connection, job_id: uuid.UUID) -> dict[str, Any] | None:
         if parent_id is not None:
             await reconcile_parents(conn, [parent_id])
     return dict(row)
-
-
-async def prune_finished(conn: Connection, *, retention_s: float, limit: int = 1000) -> int:
-    """Delete finished top-level jobs older than `retention_s` (children go with them)."""
-    cursor = await conn.execute(
-        _QUERIES.prune_finished_jobs, {"retention_s": retention_s, "limit": limit}
-    )
-    return len(await cursor.fetchall())

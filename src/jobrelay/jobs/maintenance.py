@@ -13,7 +13,8 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
 * `UnservedSweeper`: fails pending jobs of a type no worker has served for a while.
-* `Pruner`: deletes finished jobs older than the retention (children with their parent).
+* `Pruner`: applies the retention of finished jobs (`jobs.retention`: partitions created
+  ahead, dropped when due; jobs finished in place moved out of `jobs`).
 * The sweeps a part declared (`JobTypes.sweep`, e.g. failing Code2WF generations whose
   dispatch job ended without dispatching) each run as a `jobrelay.loops.Periodic`.
 * The LISTEN connection for enqueue wake-ups is `jobrelay.db.listen.NotifyListener` on the
@@ -30,9 +31,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, retention
 from jobrelay.jobs.buffer import Buffer
 from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.retention import Retention, RetentionPass
 from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
@@ -117,39 +119,38 @@ class Pruner(_PoolLoop):
         *,
         pool: AsyncConnectionPool[Connection],
         interval_s: float,
-        retention_s: float,
+        retention: Retention,
         limit: int | None = None,
         log_threshold: int = 1000,
     ) -> None:
         super().__init__(pool=pool, interval_s=interval_s, limit=limit)
-        self.retention_s = positive("retention_s", retention_s)
+        self.retention = retention
         if log_threshold < 0:
             raise ValueError(f"log_threshold must be >= 0, got {log_threshold!r}")
         self.log_threshold = log_threshold
+        self.last: RetentionPass | None = None
 
     async def run_once(self) -> int:
-        total = 0
-        while True:  # batches until nothing old is left
-            async with self._pool.connection() as conn:
-                pruned = await claims.prune_finished(
-                    conn, retention_s=self.retention_s, limit=self._limit
-                )
-            total += pruned
-            if pruned < self._limit:
-                break
+        async with self._pool.connection() as conn:
+            done = await retention.apply(conn, self.retention, limit=self._limit)
+        self.last = done
         # A big pass (e.g. the first worker on a table with years of history) is a warning,
         # so an operator sees the count even at the default log level.
-        if total > self.log_threshold:
-            log.warning(
-                "pruned %d finished jobs older than %.0fs in one pass "
-                "(more than JOBRELAY_JOBS_PRUNE_LOG_THRESHOLD=%d)",
-                total,
-                self.retention_s,
-                self.log_threshold,
+        if done.acted or done.partitions_created:
+            log.log(
+                logging.WARNING if done.acted > self.log_threshold else logging.INFO,
+                "retention: %d finished jobs dropped with %d partitions, %d purged from the "
+                "default partition, %d moved out of jobs; %d partitions created ahead%s",
+                done.dropped,
+                done.partitions_dropped,
+                done.purged,
+                done.moved,
+                done.partitions_created,
+                f" (more than JOBRELAY_JOBS_PRUNE_LOG_THRESHOLD={self.log_threshold})"
+                if done.acted > self.log_threshold
+                else "",
             )
-        elif total:
-            log.info("pruned %d finished jobs older than %.0fs", total, self.retention_s)
-        return total
+        return done.acted
 
 
 class LeaseKeeper(Loop):

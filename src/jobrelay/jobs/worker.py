@@ -61,6 +61,7 @@ from jobrelay.jobs.maintenance import (
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.producer import Producer
 from jobrelay.jobs.registry import Registry
+from jobrelay.jobs.retention import Retention
 from jobrelay.jobs.ticker import ScheduleTicker
 from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats, default_worker_id
 from jobrelay.loops import Loop, Periodic
@@ -182,14 +183,12 @@ class Worker:
         self.presence = Periodic(
             name="worker-presence", interval_s=config.heartbeat_interval_s, run=self._announce
         )
-        self.pruner: Pruner | None = None
-        if config.retention_s is not None:
-            self.pruner = Pruner(
-                pool=pool,
-                interval_s=config.prune_interval_s,
-                retention_s=config.retention_s,
-                log_threshold=config.prune_log_threshold,
-            )
+        self.pruner = Pruner(
+            pool=pool,
+            interval_s=config.prune_interval_s,
+            retention=Retention(config.retention_s, config.retention_by_type),
+            log_threshold=config.prune_log_threshold,
+        )
 
     @property
     def worker_id(self) -> str:
@@ -215,8 +214,7 @@ class Worker:
         ]
         if self._listen:
             loops.append(self.listener)
-        if self.pruner is not None:
-            loops.append(self.pruner)
+        loops.append(self.pruner)
         if self.ticker is not None:
             loops.append(self.ticker)
         return loops

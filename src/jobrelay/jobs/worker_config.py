@@ -35,7 +35,8 @@ class WorkerConfig:
     `prefetch`: jobs claimed ahead of free slots (held, heartbeated, started as slots free).
     `schedule_grace_s`: a schedule's tick due for longer than this when a ticker reaches it
     was missed (its catch-up policy applies); a younger one gets its own job.
-    `retention_s`: finished jobs older than this are pruned (None: never).
+    `retention_s`: finished jobs are kept this long (None: forever); `retention_by_type`
+    overrides it per job type (`jobs.retention`; every worker should use the same).
     `prune_log_threshold`: a prune pass deleting more rows than this logs a warning.
     `listen_conninfo`: the session connection the listener uses (default: the pool's); a
     transaction pooler cannot LISTEN, so it takes a direct one.
@@ -68,6 +69,7 @@ class WorkerConfig:
     unserved_fail_after_s: float = 3600.0
     prune_interval_s: float = 300.0
     retention_s: float | None = 7 * 24 * 3600.0
+    retention_by_type: Mapping[str, float | None] = field(default_factory=dict)
     prune_log_threshold: int = 1000
     shutdown_grace_s: float = 10.0
     prefetch: int = 0
@@ -123,6 +125,10 @@ class WorkerConfig:
             )
         if self.retention_s is not None and not self.retention_s > 0:
             raise ValueError(f"retention_s must be > 0 or None, got {self.retention_s}")
+        for name, kept in self.retention_by_type.items():
+            if kept is not None and not kept > 0:
+                raise ValueError(f"retention_by_type: {name}={kept!r} must be > 0 or None")
+        object.__setattr__(self, "retention_by_type", dict(self.retention_by_type))
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
         if not self.schedule_grace_s > 0:

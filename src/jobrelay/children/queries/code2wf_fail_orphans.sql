@@ -4,7 +4,7 @@ UPDATE code2wf AS c
 SET status = '2',
     error_message = 'dispatch did not complete (' || j.status || ')',
     updated_by = 'worker'
-FROM jobs AS j
+FROM all_jobs AS j
 WHERE j.type = 'code2wf.dispatch'
   AND j.status IN ('failed', 'cancelled')
   AND j.payload ->> 'code2wfId' = c.id

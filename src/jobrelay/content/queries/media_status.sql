@@ -5,7 +5,7 @@ SELECT DISTINCT ON (payload ->> 'mediaId')
     status,
     revision,
     failure_kind
-FROM jobs
+FROM all_jobs
 WHERE type = 'media.process'
     AND payload ->> 'mediaId' = ANY(%(media_ids)s::text[])
 ORDER BY payload ->> 'mediaId', id DESC

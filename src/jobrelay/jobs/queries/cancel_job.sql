@@ -1,36 +1,29 @@
 -- Cancel an active job. A running job loses its claim: the worker's next heartbeat or
--- completion finds no row and stops the handler; its attempt goes into job_attempts in the
--- same statement (the row is locked first, so the status and token read are the ones
--- replaced).
-WITH target AS MATERIALIZED (
-    SELECT id, status, claim_token
-    FROM jobs
+-- completion finds no row and stops the handler. The job leaves `jobs` for `finished_jobs`
+-- and, when it was running, its attempt goes into job_attempts, in the same statement.
+WITH cancelled AS (
+    DELETE FROM jobs
     WHERE id = %(id)s
         AND status IN ('pending', 'in_progress')
-    FOR NO KEY UPDATE
+    RETURNING jobs AS job
 ),
-cancelled AS (
-    UPDATE jobs
-    SET
-        status = 'cancelled',
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        failure_kind = 'cancelled',
-        finished_at = clock_timestamp()
-    FROM target
-    WHERE jobs.id = target.id
-        AND jobs.status IN ('pending', 'in_progress')
-    RETURNING jobs.*
+archived AS (
+    INSERT INTO finished_jobs
+    SELECT finished.*
+    FROM cancelled
+    CROSS JOIN LATERAL jobrelay_finished_job_v1(
+        cancelled.job, '{"status": "cancelled", "failure_kind": "cancelled"}'
+    ) AS finished
+    RETURNING finished_jobs.*
 ),
 attempt AS (
     INSERT INTO job_attempts (
         job_id, claim_token, attempt, worker_id, started_at, outcome, error
     )
     SELECT
-        cancelled.id, target.claim_token, cancelled.attempt_count, cancelled.claimed_by,
-        cancelled.claimed_at, 'cancelled', 'cancelled while running'
+        (job).id, (job).claim_token, (job).attempt_count, (job).claimed_by, (job).claimed_at,
+        'cancelled', 'cancelled while running'
     FROM cancelled
-    JOIN target ON target.id = cancelled.id
-    WHERE target.status = 'in_progress'
+    WHERE (job).status = 'in_progress'
 )
-SELECT * FROM cancelled
+SELECT * FROM archived

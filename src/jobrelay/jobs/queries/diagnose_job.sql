@@ -82,7 +82,7 @@ SELECT
     rate.period_s AS rate_period_s,
     rate.in_window AS rate_in_window,
     rate.limited_until AS rate_limited_until
-FROM jobs AS j
+FROM all_jobs AS j
 CROSS JOIN (SELECT clock_timestamp() AS at) AS clock
 CROSS JOIN jobs_control AS control
 LEFT JOIN LATERAL (
@@ -180,8 +180,8 @@ LEFT JOIN LATERAL (
     ) AS found
     WHERE j.status = 'cancelled' AND found.matched IS NOT NULL
 ) AS replaced ON TRUE
-LEFT JOIN jobs AS replaced_job ON replaced_job.id = replaced.id
-LEFT JOIN jobs AS parent ON parent.id = j.parent_id
+LEFT JOIN all_jobs AS replaced_job ON replaced_job.id = replaced.id
+LEFT JOIN all_jobs AS parent ON parent.id = j.parent_id
 LEFT JOIN LATERAL (
     SELECT
         w.max_starts,

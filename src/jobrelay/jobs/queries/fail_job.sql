@@ -1,25 +1,33 @@
 -- A terminal failure (permanent, or attempts used up). CAS on id + status + claim_token;
--- no row returned means the lease is lost. The ended attempt goes into job_attempts in the
--- same statement (the job row keeps only the last error).
+-- no row returned means the lease is lost. The job leaves `jobs` for `finished_jobs` and
+-- the ended attempt goes into job_attempts in the same statement (the job row keeps only
+-- the last error).
 WITH failed AS (
-    UPDATE jobs
-    SET
-        status = 'failed',
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        failure_kind = %(failure_kind)s,
-        last_error = %(error)s,
-        finished_at = clock_timestamp()
+    DELETE FROM jobs
     WHERE id = %(id)s
         AND status = 'in_progress'
         AND claim_token = %(claim_token)s
-    RETURNING id, attempt_count, claimed_by, claimed_at, failure_kind, last_error
+    RETURNING jobs AS job
+),
+archived AS (
+    INSERT INTO finished_jobs
+    SELECT finished.*
+    FROM failed
+    CROSS JOIN LATERAL jobrelay_finished_job_v1(
+        failed.job,
+        jsonb_build_object(
+            'status', 'failed', 'failure_kind', %(failure_kind)s::text,
+            'last_error', %(error)s::text
+        )
+    ) AS finished
 ),
 attempt AS (
     INSERT INTO job_attempts (
         job_id, claim_token, attempt, worker_id, started_at, outcome, error
     )
-    SELECT id, %(claim_token)s, attempt_count, claimed_by, claimed_at, failure_kind, last_error
+    SELECT
+        (job).id, %(claim_token)s, (job).attempt_count, (job).claimed_by, (job).claimed_at,
+        %(failure_kind)s, %(error)s
     FROM failed
 )
-SELECT id FROM failed
+SELECT (job).id FROM failed

@@ -1,1 +1,1 @@
-SELECT * FROM jobs WHERE id = %(id)s
+SELECT * FROM all_jobs WHERE id = %(id)s

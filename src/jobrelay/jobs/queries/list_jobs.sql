@@ -7,7 +7,7 @@
 -- range (UUIDv7 ids carry their creation time; the caller widens the range by a margin,
 -- the exact created_at test stays).
 SELECT *
-FROM jobs
+FROM all_jobs
 WHERE (%(type)s::text IS NULL OR type = %(type)s::text)
     AND (%(status)s::text IS NULL OR status = %(status)s::text)
     AND (%(class)s::text IS NULL OR concurrency_class = %(class)s::text)

@@ -5,7 +5,8 @@
 -- Dispatch children (role `dispatch`) are not items: they are not counted, but a dispatch
 -- that did not complete fails the parent. A parent without any child (its dispatch was
 -- lost) fails. Otherwise: completed when every item completed, else failed; the counts go
--- into the parent's result.
+-- into the parent's result. The ended parent leaves `jobs` for `finished_jobs`; its children
+-- are read from both (`all_jobs`).
 WITH tally AS (
     SELECT
         parent.id,
@@ -34,7 +35,7 @@ WITH tally AS (
             WHERE child.role <> 'dispatch' AND child.status = 'cancelled'
         ) AS cancelled
     FROM jobs AS parent
-    LEFT JOIN jobs AS child ON child.parent_id = parent.id
+    LEFT JOIN all_jobs AS child ON child.parent_id = parent.id
     WHERE parent.id = ANY(%(ids)s::uuid[])
         AND parent.role = 'parent'
         AND parent.status = 'pending'
@@ -47,28 +48,38 @@ verdict AS (
             AS ok
     FROM tally
     WHERE tally.active = 0
+),
+ended AS (
+    DELETE FROM jobs AS parent
+    USING verdict
+    WHERE parent.id = verdict.id
+    RETURNING parent AS job, verdict.*
+),
+archived AS (
+    INSERT INTO finished_jobs
+    SELECT finished.*
+    FROM ended
+    CROSS JOIN LATERAL jobrelay_finished_job_v1(
+        ended.job,
+        jsonb_build_object(
+            'status', CASE WHEN ended.ok THEN 'completed' ELSE 'failed' END,
+            'failure_kind', CASE WHEN ended.ok THEN NULL ELSE 'permanent' END,
+            'last_error', CASE
+                WHEN ended.ok THEN NULL
+                WHEN ended.dispatches = 0 THEN 'no dispatch job: the parent has no children'
+                WHEN ended.dispatch_failed > 0 THEN 'dispatch failed: ' || ended.dispatch_error
+                ELSE (ended.failed + ended.cancelled) || ' of ' || ended.total
+                    || ' children did not complete (' || ended.failed || ' failed, '
+                    || ended.cancelled || ' cancelled)'
+            END,
+            'result', jsonb_build_object(
+                'total', ended.total,
+                'completed', ended.completed,
+                'failed', ended.failed,
+                'cancelled', ended.cancelled
+            )
+        )
+    ) AS finished
+    RETURNING finished_jobs.id, finished_jobs.status
 )
-UPDATE jobs AS parent
-SET
-    status = CASE WHEN verdict.ok THEN 'completed' ELSE 'failed' END,
-    failure_kind = CASE WHEN verdict.ok THEN NULL ELSE 'permanent' END,
-    last_error = CASE
-        WHEN verdict.ok THEN NULL
-        WHEN verdict.dispatches = 0 THEN 'no dispatch job: the parent has no children'
-        WHEN verdict.dispatch_failed > 0 THEN 'dispatch failed: ' || verdict.dispatch_error
-        ELSE (verdict.failed + verdict.cancelled) || ' of ' || verdict.total
-            || ' children did not complete (' || verdict.failed || ' failed, '
-            || verdict.cancelled || ' cancelled)'
-    END,
-    result = jsonb_build_object(
-        'total', verdict.total,
-        'completed', verdict.completed,
-        'failed', verdict.failed,
-        'cancelled', verdict.cancelled
-    ),
-    claim_token = NULL,
-    lease_expires_at = NULL,
-    finished_at = clock_timestamp()
-FROM verdict
-WHERE parent.id = verdict.id
-RETURNING parent.id, parent.status
+SELECT id, status FROM archived

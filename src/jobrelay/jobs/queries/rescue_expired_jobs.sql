@@ -1,5 +1,6 @@
 -- Reclaim running jobs whose lease expired (database time): back to pending while attempts
--- are left (the next claim issues a new token), else failed with lease_expired. Rows being
+-- are left (the next claim issues a new token), else failed with lease_expired (leaving
+-- `jobs` for `finished_jobs`). Rows being
 -- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
 -- Children are rescued only when their parent was locked first (%(locked_parents)s, see
 -- lock_expired_parents). Jobs back to pending wake listening workers (payload 'behind', see
@@ -8,7 +9,7 @@
 -- its place in the queue (its available_at, at most now): its worker died, the job did not
 -- fail, so it does not go behind everything enqueued since.
 WITH expired AS MATERIALIZED (
-    SELECT id, claim_token
+    SELECT id, claim_token, attempt_count < max_attempts AS retry
     FROM jobs
     WHERE status = 'in_progress'
         AND lease_expires_at < clock_timestamp()
@@ -20,34 +21,53 @@ WITH expired AS MATERIALIZED (
 rescued AS (
     UPDATE jobs
     SET
-        status = CASE
-            WHEN jobs.attempt_count < jobs.max_attempts THEN 'pending'
-            ELSE 'failed'
-        END,
-        finished_at = CASE
-            WHEN jobs.attempt_count < jobs.max_attempts THEN NULL
-            ELSE clock_timestamp()
-        END,
+        status = 'pending',
         claim_token = NULL,
         lease_expires_at = NULL,
         available_at = least(jobs.available_at, clock_timestamp()),
         failure_kind = 'lease_expired',
         last_error = 'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')'
     FROM expired
-    WHERE jobs.id = expired.id
+    WHERE jobs.id = expired.id AND expired.retry
     RETURNING jobs.id, jobs.status, jobs.parent_id, expired.claim_token, jobs.attempt_count,
         jobs.claimed_by, jobs.claimed_at, jobs.last_error
+),
+exhausted AS (
+    DELETE FROM jobs
+    USING expired
+    WHERE jobs.id = expired.id AND NOT expired.retry
+    RETURNING jobs AS job,
+        'lease expired (claimed by ' || coalesce(jobs.claimed_by, 'unknown') || ')' AS error
+),
+failed AS (
+    INSERT INTO finished_jobs
+    SELECT finished.*
+    FROM exhausted
+    CROSS JOIN LATERAL jobrelay_finished_job_v1(
+        exhausted.job,
+        jsonb_build_object(
+            'status', 'failed', 'failure_kind', 'lease_expired', 'last_error', exhausted.error
+        )
+    ) AS finished
+),
+ended AS (
+    SELECT * FROM rescued
+    UNION ALL
+    SELECT
+        (job).id, 'failed', (job).parent_id, (job).claim_token, (job).attempt_count,
+        (job).claimed_by, (job).claimed_at, error
+    FROM exhausted
 ),
 attempt AS (
     INSERT INTO job_attempts (
         job_id, claim_token, attempt, worker_id, started_at, outcome, error
     )
     SELECT id, claim_token, attempt_count, claimed_by, claimed_at, 'lease_expired', last_error
-    FROM rescued
+    FROM ended
 )
-SELECT rescued.id, rescued.status, rescued.parent_id, wake.sent
-FROM rescued
+SELECT ended.id, ended.status, ended.parent_id, wake.sent
+FROM ended
 LEFT JOIN LATERAL (
     SELECT pg_notify('jobrelay_jobs', 'behind') IS NULL AS sent
-    WHERE rescued.status = 'pending'
+    WHERE ended.status = 'pending'
 ) AS wake ON true

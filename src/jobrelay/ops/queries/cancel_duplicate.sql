@@ -1,10 +1,18 @@
-UPDATE jobs
-SET status = 'cancelled',
-    failure_kind = 'cancelled',
-    last_error = %(reason)s,
-    claim_token = NULL,
-    lease_expires_at = NULL,
-    class_slot = NULL,
-    finished_at = clock_timestamp()
-WHERE id = %(id)s
-  AND status IN ('pending', 'in_progress')
+-- Cancel a duplicate active job found by the reconciliation: it leaves `jobs` for
+-- `finished_jobs` in the same statement, like every job that ends.
+WITH cancelled AS (
+    DELETE FROM jobs
+    WHERE id = %(id)s
+        AND status IN ('pending', 'in_progress')
+    RETURNING jobs AS job
+)
+INSERT INTO finished_jobs
+SELECT finished.*
+FROM cancelled
+CROSS JOIN LATERAL jobrelay_finished_job_v1(
+    cancelled.job,
+    jsonb_build_object(
+        'status', 'cancelled', 'failure_kind', 'cancelled', 'last_error', %(reason)s::text,
+        'class_slot', NULL
+    )
+) AS finished
