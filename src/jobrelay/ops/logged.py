@@ -83,7 +83,7 @@ async def set_logged(
         report["startedAt"] = started.isoformat()
         report["finishedAt"] = datetime.now(UTC).isoformat()
         if not dry_run:
-            await _store(pool, report, started, actor)
+            await store_report(pool, "set-logged", report, started, actor)
     return report
 
 
@@ -210,14 +210,19 @@ _FINGERPRINT = sql.SQL(
                || ':' ||
                coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0)::text)
            AS checksum
-    FROM (SELECT md5(logged_row::text) AS h FROM {} AS logged_row) AS hashed
+    FROM (SELECT md5(counted_row::text) AS h FROM ({}) AS counted_row) AS hashed
     """
 )
 
 
 async def _fingerprint(conn: Connection, table: str) -> Fingerprint:
     """Count and checksum every row of `table` (one full scan)."""
-    query = _FINGERPRINT.format(sql.Identifier(table))
+    return await fingerprint(conn, sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
+
+
+async def fingerprint(conn: Connection, rows: sql.Composable) -> Fingerprint:
+    """Count and checksum the rows a query returns (a row's text is its table row's)."""
+    query = _FINGERPRINT.format(rows)
     row = await (await conn.execute(query)).fetchone()
     assert row is not None
     return Fingerprint(rows=int(str(row["n"])), checksum=str(row["checksum"]))
@@ -321,16 +326,21 @@ def _finish(report: dict[str, Any], outcome: str, message: str) -> None:
     report["ok"] = outcome in {"converted", "already_logged", "dry_run"}
 
 
-async def _store(
-    pool: AsyncConnectionPool[Connection], report: dict[str, Any], started: datetime, actor: str
+async def store_report(
+    pool: AsyncConnectionPool[Connection],
+    kind: str,
+    report: dict[str, Any],
+    started: datetime,
+    actor: str,
 ) -> None:
+    """Record a runbook's report in `ops_run`; a failure to record is noted in the report."""
     try:
         async with transaction(pool) as conn:
             await conn.execute(
                 SQL.insert_ops_run,
                 {
                     "id": new_uuid(),
-                    "kind": "set-logged",
+                    "kind": kind,
                     "ok": bool(report.get("ok")),
                     "report": Jsonb(report),
                     "started_at": started,

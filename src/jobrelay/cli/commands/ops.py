@@ -24,6 +24,7 @@ from jobrelay.domain.errors import InvalidInput, JobrelayError
 from jobrelay.ops.check import check, create_dedupe_index
 from jobrelay.ops.control import control_status, set_pause
 from jobrelay.ops.duplicates import plan_as_json, reconcile_duplicates, registry_policies
+from jobrelay.ops.finished import move_finished
 from jobrelay.ops.logged import set_logged
 
 ops_app = typer.Typer(help="Operations: quiesce, reconcile duplicates, SET LOGGED, checks.")
@@ -167,3 +168,15 @@ def set_logged_command(
         report_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
     if not report["ok"]:
         raise RunbookStopped(f"set-logged {report['outcome']}: {report['message']}")
+
+
+@ops_app.command("move-finished")
+def move_finished_command(
+    batch: int = typer.Option(5000, "--batch", min=1, help="Jobs moved per transaction."),
+) -> None:
+    """Move the jobs finished in place (legacy rows, or an earlier release's) from `jobs` to
+    `finished_jobs` now, checking the count and checksum of every finished job."""
+    report = _run(lambda pool: move_finished(pool, batch=batch))
+    _print(report)
+    if not report["ok"]:
+        raise RunbookStopped(f"move-finished {report['outcome']}: {report['message']}")
