@@ -784,13 +784,18 @@ class JobsSettings(_Group):
         validation_alias="jobs_prune_interval_s",
         default=300.0,
         gt=0,
-        description="How often a worker prunes finished jobs.",
+        description="How often a worker applies the retention of finished jobs (creates the "
+        "coming days' partitions, drops the partitions past their day, moves jobs finished "
+        "in place).",
     )
     retention_s: float = Field(
         validation_alias="jobs_retention_s",
         default=7 * 24 * 3600.0,
         ge=0,
-        description="Finished jobs older than this are pruned; 0 keeps them forever.",
+        description="Finished jobs are kept at least this long, then dropped with the "
+        "partition of their purge day (finish time plus this, as a UTC date); 0 keeps them "
+        "forever. Every process finishing jobs reads the value the workers wrote; it applies "
+        "to jobs that finish after the change.",
     )
     retention_by_type: str = Field(
         validation_alias="jobs_retention_by_type",
