@@ -41,11 +41,23 @@ METRICS_TOKEN = "bench-metrics-" + "x" * 20
 
 # Finished jobs over the last 7 days, UUIDv7-shaped ids carrying their creation time: four
 # types, one in 50 failed (with an attempt row), one in 10 with a source key and a dedupe key,
-# one in 20 of class ai. Loaded in chunks of 100,000 rows.
+# one in 20 of class ai. Loaded in chunks of 100,000 rows into `finished_jobs` (where a job
+# that ends goes, migration 0017), each in the partition of its purge day under the default
+# retention (job_retention `*`), as the pruner lays them out (PARTITIONS creates them first).
+PARTITIONS = """
+SELECT jobrelay_finished_partition_v1(day) AS name
+FROM (
+    SELECT DISTINCT ((now() - make_interval(days => d) + make_interval(secs => kept.retention_s))
+                     AT TIME ZONE 'UTC')::date AS day
+    FROM generate_series(-1, 8) AS d, job_retention AS kept
+    WHERE kept.type = '*' AND kept.retention_s IS NOT NULL
+) AS days
+"""
 BULK_JOBS = """
-INSERT INTO jobs (id, type, status, payload, dedupe_key, source_key, concurrency_class,
-                  attempt_count, failure_kind, last_error, result, created_at, updated_at,
-                  available_at, claimed_by, claimed_at, finished_at)
+INSERT INTO finished_jobs (id, type, status, payload, dedupe_key, source_key, concurrency_class,
+                           attempt_count, failure_kind, last_error, result, created_at,
+                           updated_at, available_at, claimed_by, claimed_at, finished_at,
+                           purge_on)
 SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
         || '7' || substr(md5(g::text), 1, 19))::uuid,
        'bulk.' || (g %% 4), CASE WHEN g %% 50 = 0 THEN 'failed' ELSE 'completed' END,
@@ -55,17 +67,20 @@ SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
        CASE WHEN g %% 50 = 0 THEN 'permanent' END,
        CASE WHEN g %% 50 = 0 THEN 'the page was gone' END,
        CASE WHEN g %% 50 <> 0 THEN jsonb_build_object('ok', true) END,
-       t, t, t, 'bench-worker', t, t + interval '50 milliseconds'
+       t, t, t, 'bench-worker', t, t + interval '50 milliseconds',
+       ((t + interval '50 milliseconds' + make_interval(secs => kept.retention_s))
+        AT TIME ZONE 'UTC')::date
 FROM generate_series(%(low)s::int, %(high)s::int) AS g,
      LATERAL (
          SELECT now() - make_interval(secs => (%(total)s::int - g) * %(spacing)s::float8) AS t
-     ) AS at
+     ) AS at,
+     (SELECT retention_s FROM job_retention WHERE type = '*') AS kept
 """
 BULK_ATTEMPTS = """
 INSERT INTO job_attempts (job_id, claim_token, attempt, worker_id, started_at, ended_at,
                           outcome, error)
 SELECT id, gen_random_uuid(), 1, claimed_by, claimed_at, finished_at, 'permanent', last_error
-FROM jobs WHERE status = 'failed'
+FROM all_jobs WHERE status = 'failed'
 """
 
 
@@ -97,6 +112,7 @@ async def main() -> None:
         spacing = 7 * 86400 / JOBS
         chunk = 100_000
         async with pool.connection() as conn:
+            await conn.execute(PARTITIONS)
             for low in range(1, JOBS + 1, chunk):
                 await conn.execute(
                     BULK_JOBS,
@@ -135,6 +151,7 @@ async def main() -> None:
             )
             for statement in (
                 "VACUUM ANALYZE jobs",
+                "VACUUM ANALYZE finished_jobs",
                 "VACUUM ANALYZE job_attempts",
                 "VACUUM ANALYZE batch",
                 "VACUUM ANALYZE batch_item",
@@ -143,12 +160,12 @@ async def main() -> None:
                 await conn.execute(statement)
             row = await (
                 await conn.execute(
-                    "SELECT id FROM jobs WHERE status = 'failed' ORDER BY id DESC LIMIT 1"
+                    "SELECT id FROM all_jobs WHERE status = 'failed' ORDER BY id DESC LIMIT 1"
                 )
             ).fetchone()
             assert row is not None
             failed_job = row["id"]
-            total = await (await conn.execute("SELECT count(*) AS n FROM jobs")).fetchone()
+            total = await (await conn.execute("SELECT count(*) AS n FROM all_jobs")).fetchone()
             assert total is not None
         await Tenancy(pool).add_member(env.organization_id, "ops", role="admin", actor="bench")
         print(
@@ -196,7 +213,8 @@ async def main() -> None:
 
 
 async def _list_plans(pool: AsyncConnectionPool[Connection], failed_job: object) -> None:
-    """The plan of the jobs list for some filters: the nodes that read jobs, and the time."""
+    """The plan of the jobs list (all_jobs) for some filters: the nodes that read jobs or a
+    partition of finished_jobs, and the time."""
     base: dict[str, object] = dict.fromkeys(
         [
             "type",
@@ -224,7 +242,7 @@ async def _list_plans(pool: AsyncConnectionPool[Connection], failed_job: object)
         "sourceKey": {"source_key": "s:123450"},
         "page after a failed job": {"before": failed_job},
     }
-    print("list_jobs plans (the nodes reading jobs):")
+    print("list_jobs plans (the nodes reading jobs and finished_jobs):")
     async with pool.connection() as conn:
         for name, params in cases.items():
             cursor = await conn.execute(
@@ -233,7 +251,11 @@ async def _list_plans(pool: AsyncConnectionPool[Connection], failed_job: object)
                 prepare=False,
             )
             lines = [str(r["QUERY PLAN"]) for r in await cursor.fetchall()]
-            nodes = [ln.strip() for ln in lines if " on jobs" in ln or "Execution" in ln]
+            nodes = [
+                ln.strip()
+                for ln in lines
+                if " on jobs" in ln or " on finished_jobs" in ln or "Execution" in ln
+            ]
             print(f"  {name}: " + " | ".join(nodes))
 
 

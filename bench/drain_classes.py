@@ -67,7 +67,7 @@ async def _drain(dsn: str, n: int, scenario: str, sources: int) -> float:
     pool = await open_pool(dsn, min_size=2, max_size=16)
     try:
         async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs, job_attempts")
+            await conn.execute("TRUNCATE jobs, finished_jobs, job_attempts")
         enqueuer = Enqueuer(registry, payload_limit_bytes=262144)
         requests = _requests(n, scenario, sources)
         async with pool.connection() as conn, conn.transaction():
@@ -80,7 +80,7 @@ async def _drain(dsn: str, n: int, scenario: str, sources: int) -> float:
             while True:
                 async with pool.connection() as conn:
                     cur = await conn.execute(
-                        "SELECT count(*) AS n FROM jobs WHERE status = 'completed'"
+                        "SELECT count(*) AS n FROM all_jobs WHERE status = 'completed'"
                     )
                     row = await cur.fetchone()
                 assert row is not None

@@ -96,8 +96,10 @@ async def _wait_for(pool: AsyncConnectionPool[Connection], sql: str, at_least: i
         await asyncio.sleep(0.005)
 
 
-_A_DONE = "SELECT count(*) AS n FROM jobs WHERE fairness_key = 'org-a' AND status = 'completed'"
-_B_DONE = "SELECT count(*) AS n FROM jobs WHERE fairness_key = 'org-b' AND status = 'completed'"
+# Completed jobs are in finished_jobs (migration 0017); all_jobs reads both tables.
+_A_DONE = "SELECT count(*) AS n FROM all_jobs WHERE fairness_key = 'org-a' AND status = 'completed'"
+_B_DONE = "SELECT count(*) AS n FROM all_jobs WHERE fairness_key = 'org-b' AND status = 'completed'"
+_ALL_DONE = "SELECT count(*) AS n FROM all_jobs WHERE status = 'completed'"
 
 
 async def _drain(dsn: str, n: int, scenario: str, config: WorkerConfig | None = None) -> float:
@@ -107,7 +109,7 @@ async def _drain(dsn: str, n: int, scenario: str, config: WorkerConfig | None = 
     pool = await open_pool(dsn, min_size=2, max_size=16)
     try:
         async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs")
+            await conn.execute("TRUNCATE jobs, finished_jobs")
         await _enqueue(pool, registry, _requests(n, scenario))
         async with pool.connection() as conn:
             await conn.execute("ANALYZE jobs")
@@ -117,7 +119,7 @@ async def _drain(dsn: str, n: int, scenario: str, config: WorkerConfig | None = 
         started = time.perf_counter()
         await worker.start()
         try:
-            await _wait_for(pool, "SELECT count(*) AS n FROM jobs WHERE status = 'completed'", n)
+            await _wait_for(pool, _ALL_DONE, n)
             elapsed = time.perf_counter() - started
         finally:
             await worker.stop()
@@ -131,7 +133,7 @@ async def _race(dsn: str, n: int, fair: bool) -> tuple[int, float]:
     pool = await open_pool(dsn, min_size=2, max_size=24)
     try:
         async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs")
+            await conn.execute("TRUNCATE jobs, finished_jobs")
         await _enqueue(pool, registry, _requests(n, "", key="org-a"))
         config = WorkerConfig(concurrency=4, fair_claims=fair)
         workers = [Worker(pool=pool, registry=registry, config=config) for _ in range(2)]
@@ -167,7 +169,7 @@ async def _statement(dsn: str, n: int, rounds: int = 15) -> dict[str, float]:
     pool = await open_pool(dsn, min_size=1, max_size=4)
     try:
         async with pool.connection() as conn:
-            await conn.execute("TRUNCATE jobs")
+            await conn.execute("TRUNCATE jobs, finished_jobs")
         await _enqueue(pool, registry, _requests(n, "fair"))
         per_claim: dict[str, list[float]] = {"fifo": [], "fair": []}
         async with pool.connection() as conn:

@@ -11,7 +11,9 @@ autovacuum as configured), migrated to head. In-process:
 - an enqueuer: `--rate` jobs per second of `diag.noop` in ten bulk calls a second (the
   enqueue path a batch or API client takes);
 - one `Worker` of 10 slots with the production defaults (fair claims, batched completions,
-  retention `--retention-s` with a prune every 60 s);
+  retention `--retention-s` with a prune every 60 s; since migration 0017 a completed job
+  leaves `jobs` for `finished_jobs` at once, and retention drops whole partitions once
+  their purge day (UTC) is over, so no job is purged before the day after it finished);
 - a probe: ten times a second, one claim of one job by the worker's own statement in a
   transaction that is rolled back (it changes nothing), timed; with claim floors refreshed
   as the worker's claim loop refreshes them (`--no-floors`: neither uses floors);
@@ -22,7 +24,8 @@ autovacuum as configured), migrated to head. In-process:
   operator would end it) and the rest of the run shows the recovery.
 
 Every `--window-s` (60 s) one CSV row: minute, probe p50/p99 (ms), dead and live tuples of
-`jobs` (pg_stat_user_tables), its size with indexes (MB), pending jobs, completed so far,
+`jobs` (pg_stat_user_tables), its size with indexes (MB), pending jobs, completed so far
+(`all_jobs`: the completed ones are in `finished_jobs`),
 autovacuum runs of `jobs`, the age of the oldest xmin, the load average. The summary line
 compares the last five windows' p99 with the first five's.
 """
@@ -56,7 +59,7 @@ _SAMPLE = """
 SELECT s.n_dead_tup, s.n_live_tup, s.autovacuum_count,
        pg_total_relation_size('jobs') / 1048576.0 AS size_mb,
        (SELECT count(*) FROM jobs WHERE status = 'pending') AS pending,
-       (SELECT count(*) FROM jobs WHERE status = 'completed') AS completed,
+       (SELECT count(*) FROM all_jobs WHERE status = 'completed') AS completed,
        (SELECT max(age(backend_xmin)) FROM pg_stat_activity) AS xmin_age
 FROM pg_stat_user_tables AS s
 WHERE s.relname = 'jobs'

@@ -143,7 +143,7 @@ def db_restart(workdir: Path, *, size: int, restarts: int | None = None) -> dict
                 after = load.accepted()
                 claim = wait_until(
                     lambda a=accepted_at: db.one(
-                        "SELECT min(claimed_at) AS t FROM jobs WHERE claimed_at > %s", (a,)
+                        "SELECT min(claimed_at) AS t FROM all_jobs WHERE claimed_at > %s", (a,)
                     )["t"],
                     timeout_s=120,
                     what="a claim after the restart",

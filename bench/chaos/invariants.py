@@ -70,7 +70,7 @@ def check_jobs(dsn: str, ledger: Ledger, finishes: list[Finish]) -> list[str]:
             r["id"]: r
             for r in conn.execute(
                 "SELECT id, type, status, attempt_count, result, payload, failure_kind,"
-                " last_error FROM jobs WHERE id = ANY(%s)",
+                " last_error FROM all_jobs WHERE id = ANY(%s)",
                 (list(ledger.job_ids),),
             )
         }
@@ -93,7 +93,7 @@ def check_jobs(dsn: str, ledger: Ledger, finishes: list[Finish]) -> list[str]:
             r["job_id"]
             for r in conn.execute(
                 "SELECT DISTINCT o.job_id FROM chaos_output AS o"
-                " LEFT JOIN jobs AS j ON j.id = o.job_id"
+                " LEFT JOIN all_jobs AS j ON j.id = o.job_id"
                 " WHERE j.status IS DISTINCT FROM 'completed'"
             )
         ]

@@ -100,7 +100,7 @@ def _enqueue(db: Database, prefix: str, opts: JobsOptions, ledger: Ledger) -> An
 
 def _completed(db: Database, prefix: str) -> int:
     row = db.one(
-        "SELECT count(*) AS n FROM jobs WHERE status = 'completed' AND dedupe_key LIKE %s",
+        "SELECT count(*) AS n FROM all_jobs WHERE status = 'completed' AND dedupe_key LIKE %s",
         (f"{prefix}-%",),
     )
     return int(row["n"])
@@ -108,7 +108,7 @@ def _completed(db: Database, prefix: str) -> int:
 
 def _drain_end(db: Database, prefix: str) -> Any:
     return db.one(
-        "SELECT max(finished_at) AS t FROM jobs WHERE dedupe_key LIKE %s", (f"{prefix}-%",)
+        "SELECT max(finished_at) AS t FROM all_jobs WHERE dedupe_key LIKE %s", (f"{prefix}-%",)
     )["t"]
 
 
@@ -201,7 +201,7 @@ def kill_report(run: JobsRun, kills: list[Kill], finishes: list[Finish]) -> dict
     final = {
         r["id"]: r
         for r in run.db.rows(
-            "SELECT id, result->>'token' AS token, claimed_at, finished_at FROM jobs"
+            "SELECT id, result->>'token' AS token, claimed_at, finished_at FROM all_jobs"
             " WHERE id = ANY(%s)",
             (ids,),
         )
@@ -325,7 +325,7 @@ def worker_stop(workdir: Path, opts: JobsOptions, *, stops: int = 3) -> dict[str
         winners = {
             r["id"]: r["token"]
             for r in run.db.rows(
-                "SELECT id, result->>'token' AS token FROM jobs WHERE id = ANY(%s)",
+                "SELECT id, result->>'token' AS token FROM all_jobs WHERE id = ANY(%s)",
                 ([j for _, _, held in stopped for j in held],),
             )
         }
@@ -359,7 +359,7 @@ def worker_stop(workdir: Path, opts: JobsOptions, *, stops: int = 3) -> dict[str
 def _completed_of(run: JobsRun, held: dict[uuid.UUID, uuid.UUID]) -> int:
     return int(
         run.db.one(
-            "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status = 'completed'",
+            "SELECT count(*) AS n FROM all_jobs WHERE id = ANY(%s) AND status = 'completed'",
             (list(held),),
         )["n"]
     )
@@ -367,7 +367,7 @@ def _completed_of(run: JobsRun, held: dict[uuid.UUID, uuid.UUID]) -> int:
 
 def _taken_over(run: JobsRun, held: dict[uuid.UUID, uuid.UUID]) -> bool:
     rows = run.db.rows(
-        "SELECT id, status, result->>'token' AS token FROM jobs WHERE id = ANY(%s)",
+        "SELECT id, status, result->>'token' AS token FROM all_jobs WHERE id = ANY(%s)",
         (list(held),),
     )
     # A completion the stopped worker's backend was already committing may still land: such

@@ -50,7 +50,7 @@ class Adapter:
     supports_bulk = True
     COMPLETED_SQL = (
         "SELECT (payload->>'i')::int, extract(epoch FROM finished_at) "
-        "FROM jobs WHERE status = 'completed'"
+        "FROM all_jobs WHERE status = 'completed'"
     )
 
     @staticmethod

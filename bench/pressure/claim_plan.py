@@ -2,10 +2,11 @@
 
 For each cell (pending jobs x fairness keys x pinned xmin or not): a fresh `jobs` table with
 that many pending `diag.noop` jobs spread over the keys, then `--churn` jobs claimed and
-completed in batches (as workers do; with a pinned xmin every one of them leaves dead index
-entries vacuum cannot remove), ANALYZE, then `EXPLAIN (ANALYZE, BUFFERS)` of the worker's
-claim statement on a claim session (generic plan), rolled back. Prints per cell: the
-execution time, the buffers the statement touched and the node that touched most.
+completed in batches by the worker's statements (`claim_jobs`, `complete_jobs`: a completed
+job leaves `jobs` for `finished_jobs`, migration 0017; with a pinned xmin every one of them
+leaves dead index entries vacuum cannot remove), ANALYZE, then `EXPLAIN (ANALYZE, BUFFERS)` of
+the worker's claim statement on a claim session (generic plan), rolled back. Prints per cell:
+the execution time, the buffers the statement touched and the node that touched most.
 
     .venv/bin/python -m bench.pressure.claim_plan
     .venv/bin/python -m bench.pressure.claim_plan --pending 1000,10000,100000 --keys 1,10,1000
@@ -44,12 +45,13 @@ PARAMS: dict[str, Any] = {
 
 def fill(conn: psycopg.Connection[Any], pending: int, keys: int, finished: int = 0) -> None:
     """`pending` jobs over `keys` fairness keys (1: no key at all, the default), after
-    `finished` completed ones."""
-    conn.execute("TRUNCATE jobs CASCADE")
+    `finished` completed ones (in `finished_jobs`, where a completion puts them)."""
+    conn.execute("TRUNCATE jobs, finished_jobs CASCADE")
     conn.execute(
         """
-        INSERT INTO jobs (id, type, payload, status, finished_at, attempt_count)
-        SELECT gen_random_uuid(), 'diag.noop', '{}'::jsonb, 'completed', clock_timestamp(), 1
+        INSERT INTO finished_jobs (id, type, payload, status, finished_at, attempt_count, purge_on)
+        SELECT gen_random_uuid(), 'diag.noop', '{}'::jsonb, 'completed', clock_timestamp(), 1,
+               jobrelay_job_purge_on_v1('diag.noop', clock_timestamp())
         FROM generate_series(1, %(finished)s)
         """,
         {"finished": finished},
@@ -76,14 +78,19 @@ def churn(conn: psycopg.Connection[Any], jobs: int, keys: int) -> None:
     for _ in range(0, jobs, 100):
         with conn.transaction():
             claimed = conn.execute(_SQL.claim_jobs, PARAMS | {"total": 100, "limits": [100]})
-            ids = [row["id"] for row in claimed.fetchall()]
+            rows = claimed.fetchall()
         with conn.transaction():
-            conn.execute(
-                "UPDATE jobs SET status = 'completed', claim_token = NULL,"
-                " lease_expires_at = NULL, finished_at = clock_timestamp()"
-                " WHERE id = ANY(%s)",
-                [ids],
-            )
+            # The worker's completion: DELETE from `jobs`, INSERT into `finished_jobs`.
+            done = conn.execute(
+                _SQL.complete_jobs,
+                {
+                    "ids": [row["id"] for row in rows],
+                    "claim_tokens": [row["claim_token"] for row in rows],
+                    "revisions": [row["revision"] for row in rows],
+                    "results": [None] * len(rows),
+                },
+            ).fetchall()
+            assert len(done) == len(rows), "a claimed job did not complete"
             conn.execute(
                 """
                 INSERT INTO jobs (id, type, payload, fairness_key)
@@ -91,7 +98,7 @@ def churn(conn: psycopg.Connection[Any], jobs: int, keys: int) -> None:
                        CASE WHEN %(keys)s > 1 THEN 'k' || (n %% %(keys)s) END
                 FROM generate_series(1, %(n)s) AS n
                 """,
-                {"n": len(ids), "keys": keys},
+                {"n": len(rows), "keys": keys},
             )
 
 
@@ -188,7 +195,7 @@ def main() -> None:
                             conn.execute("VACUUM ANALYZE jobs")
                             if pinned:
                                 pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                                pin.execute("SELECT txid_current(), count(*) FROM jobs")
+                                pin.execute("SELECT txid_current(), count(*) FROM all_jobs")
                             churn(conn, args.churn, keys)
                             if args.analyze_at is None:
                                 conn.execute("VACUUM ANALYZE jobs")

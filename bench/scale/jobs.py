@@ -16,10 +16,12 @@ after such a load. For each size, in this order:
 - **drain**: one in-process `Worker` (10 slots, `diag.noop`) runs `--drain` jobs out of the
   pending ones; jobs/s from start to the last recorded completion.
 
-Then the same two with `--finished` completed jobs kept beside 100,000 pending (retention off:
-no prune runs), the case of a jobs table that keeps its history. Last, enqueue one by one
-(`JobsService.enqueue`, its own transaction each) of 1,000 jobs with new dedupe keys and 1,000
-with keys already active, with `--dedupe` active keyed jobs in the table; p50 and p99 in ms.
+Then the same two with `--finished` completed jobs kept beside 100,000 pending (in
+`finished_jobs`, where a completion moves a job since migration 0017, kept forever: nothing
+for the worker's pruner to purge), the case of a queue that keeps its history. Last, enqueue
+one by one (`JobsService.enqueue`, its own transaction each) of 1,000 jobs with new dedupe
+keys and 1,000 with keys already active, with `--dedupe` active keyed jobs in the table; p50
+and p99 in ms.
 
 The table gives each figure by size and the growth factor per 10x of data (1.0: flat).
 """
@@ -50,10 +52,19 @@ from jobrelay.jobs.worker import Worker, WorkerConfig
 
 # Rows shaped like the enqueue statements' (enqueue_new.sql): a diag.noop job, class default.
 _LOAD = """
-INSERT INTO jobs (id, type, payload, status, dedupe_key, available_at, finished_at, role)
+INSERT INTO jobs (id, type, payload, status, dedupe_key, available_at, role)
 SELECT uuidv7(), 'diag.noop', jsonb_build_object('i', g), %(status)s,
+       CASE WHEN %(keyed)s THEN 'k-' || (%(first)s + g) END, clock_timestamp(), 'job'
+FROM generate_series(1, %(n)s) AS g
+"""
+# Completed jobs go where a completion puts them (migration 0017), purge_on NULL: kept
+# forever, in finished_jobs_default.
+_LOAD_FINISHED = """
+INSERT INTO finished_jobs (id, type, payload, status, dedupe_key, available_at, finished_at,
+                           role, attempt_count, purge_on)
+SELECT uuidv7(), 'diag.noop', jsonb_build_object('i', g), 'completed',
        CASE WHEN %(keyed)s THEN 'k-' || (%(first)s + g) END,
-       clock_timestamp(), CASE WHEN %(status)s = 'completed' THEN clock_timestamp() END, 'job'
+       clock_timestamp(), clock_timestamp(), 'job', 1, NULL
 FROM generate_series(1, %(n)s) AS g
 """
 _CHUNK = 500_000  # rows per load statement (one transaction each: WAL and memory stay small)
@@ -67,16 +78,18 @@ def _pct(samples: list[float], q: float) -> float:
 async def _load(
     conn: Connection, n: int, *, status: str, keyed: bool = False, first: int = 0
 ) -> None:
-    """Insert `n` jobs of `status` in chunks, then ANALYZE; keyed: dedupe keys k-<first+1>..."""
+    """Insert `n` jobs of `status` in chunks, then ANALYZE; keyed: dedupe keys k-<first+1>...
+    Completed ones go to `finished_jobs`, the others to `jobs`."""
+    finished = status == "completed"
     done = 0
     while done < n:
         step = min(_CHUNK, n - done)
         await conn.execute(
-            _LOAD,
+            _LOAD_FINISHED if finished else _LOAD,
             {"n": step, "status": status, "keyed": keyed, "first": first + done},
         )
         done += step
-    await conn.execute("ANALYZE jobs")
+    await conn.execute("ANALYZE finished_jobs" if finished else "ANALYZE jobs")
 
 
 async def _count(conn: Connection, status: str) -> int:
@@ -126,12 +139,14 @@ async def _drain(dsn: str, n: int) -> float:
 
 
 async def _wait_finished(pool: AsyncConnectionPool[Connection], since: object, n: int) -> None:
-    """Poll until `n` jobs completed since `since`, counted through jobs_finished_at_idx:
-    counting every completed job (10M of them in the history case) would load the server."""
+    """Poll until `n` jobs completed since `since`, counted through the finished_at indexes
+    (all_jobs: jobs_finished_at_idx and finished_jobs_finished_at_idx): counting every
+    completed job (10M of them in the history case) would load the server."""
     while True:
         async with pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT count(*) AS n FROM jobs WHERE finished_at >= %s AND status = 'completed'",
+                "SELECT count(*) AS n FROM all_jobs"
+                " WHERE finished_at >= %s AND status = 'completed'",
                 (since,),
             )
             row = await cursor.fetchone()
@@ -184,7 +199,7 @@ async def main() -> None:
                         record("claim of 10, p99 (ms)", label, _pct(samples, 0.99))
                         record("drain (jobs/s)", label, await _drain(dsn, args.drain))
                     # History: 10M finished jobs beside 100,000 pending.
-                    await conn.execute("TRUNCATE jobs")
+                    await conn.execute("TRUNCATE jobs, finished_jobs")
                     await _load(conn, args.finished, status="completed")
                     await _load(conn, 100_000, status="pending")
                     label = f"100,000 pending + {args.finished:,} finished"
@@ -194,7 +209,7 @@ async def main() -> None:
                     record("claim of 10, p99 (ms)", label, _pct(samples, 0.99))
                     record("drain (jobs/s)", label, await _drain(dsn, args.drain))
                     # Enqueue with many active dedupe keys.
-                    await conn.execute("TRUNCATE jobs")
+                    await conn.execute("TRUNCATE jobs, finished_jobs")
                 registry = product_job_types(diag_enabled=True).registry()
                 service = JobsService(
                     pool=pool,
