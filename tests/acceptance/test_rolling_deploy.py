@@ -224,6 +224,11 @@ def test_the_previous_release_and_this_one_share_a_database(
         running.start("new-worker", jobrelay_command(), "worker")
         running.start("new-relay", jobrelay_command(), "relay")
         running.start("sqs-worker", jobrelay_command(), "sqs-worker")
+        # Both workers must be able to claim before the jobs arrive: on a loaded machine the
+        # new worker's start can take longer than the old one needs to claim all 40 jobs.
+        wait_until(
+            lambda: _listening(empty_db_dsn) >= 4, timeout_s=90, what="the new worker and relay"
+        )
 
         ids: list[str] = []
         for n in range(JOBS):
