@@ -36,7 +36,7 @@ layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
-test: SYSTEM_PACKAGES = pgbouncer chromium
+test: SYSTEM_PACKAGES = pgbouncer chromium prometheus
 test: system-packages lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider -m "not long"
 
@@ -46,7 +46,7 @@ test: system-packages lint typecheck layers
 # items, the e2e kill and restart): kept out of `make test` so it
 # stays under 10 minutes on 2 cores; CI (.ci/run)
 # runs them after it.
-test-long: SYSTEM_PACKAGES = pgbouncer chromium
+test-long: SYSTEM_PACKAGES = pgbouncer chromium prometheus
 test-long: system-packages $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
@@ -82,10 +82,11 @@ test-pg15: system-packages lint typecheck layers
 	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider -m "not long"
 
 # Debian packages the tests start: PostgreSQL 15 (make test-pg15), PgBouncer (the pooler
-# tests of both runs) and Chromium (the console's headless browser check; these two are all
-# that `make test` needs). Installed with apt-get when missing (as root), else named with the
-# command that installs them.
-SYSTEM_PACKAGES ?= postgresql-15 pgbouncer chromium
+# tests of both runs), Chromium (the console's headless browser check) and Prometheus (its
+# `promtool` checks the shipped alert rules of deploy/monitoring/; 19 MB, its daemon is not
+# started; these three are all that `make test` needs). Installed with apt-get when missing
+# (as root), else named with the command that installs them.
+SYSTEM_PACKAGES ?= postgresql-15 pgbouncer chromium prometheus
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \

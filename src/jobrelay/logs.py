@@ -3,7 +3,8 @@
 `configure_logging(settings)` once per process, then `structlog.get_logger(__name__)`.
 Context shared by every line of a unit of work (a job id, a child id, a batch id) is bound
 with `structlog.contextvars.bound_contextvars(...)`; it follows the asyncio task it was
-bound in, so concurrent messages or jobs never mix their ids.
+bound in, so concurrent messages or jobs never mix their ids. When the process traces
+(`jobrelay.tracing`), a line logged inside a span carries its `trace_id` and `span_id`.
 
 Format: JSON lines when `log_format` is `json`, or `auto` and the stream is not a
 terminal; a colored console rendering otherwise. Standard-library loggers (uvicorn,
@@ -18,6 +19,7 @@ from typing import TextIO
 
 import structlog
 
+from jobrelay import tracing
 from jobrelay.settings import Settings
 
 # Libraries that are chatty at INFO and say nothing an operator of jobrelay needs.
@@ -54,6 +56,7 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
 
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        tracing.add_trace_ids,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

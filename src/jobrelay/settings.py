@@ -994,6 +994,61 @@ class LogSettings(_Group):
     level: str = Field(validation_alias="log_level", default="INFO", description="Log level.")
 
 
+class TracingSettings(_Group):
+    """Traces (OpenTelemetry, the `jobrelay[otel]` extra): the standard `OTEL_*` variables.
+
+    Off unless an exporter is configured: `OTEL_TRACES_EXPORTER` (`otlp` or `console`) or an
+    OTLP endpoint; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` keeps it off. The
+    SDK reads the other standard variables itself (`OTEL_EXPORTER_OTLP_HEADERS`,
+    `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`,
+    `OTEL_RESOURCE_ATTRIBUTES`, ...)."""
+
+    sdk_disabled: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("OTEL_SDK_DISABLED"),
+        description="true turns tracing off whatever else is set.",
+    )
+    exporter: Literal["otlp", "console", "none"] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_TRACES_EXPORTER"),
+        description="otlp (OTLP over HTTP/protobuf), console (spans as JSON on stdout) or "
+        "none; unset: otlp when an OTLP endpoint is set, else no tracing.",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP/HTTP base URL, e.g. http://collector:4318 (spans go to its "
+        "/v1/traces); setting it turns tracing on.",
+    )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        description="Full OTLP/HTTP URL for spans (wins over OTEL_EXPORTER_OTLP_ENDPOINT); "
+        "setting it turns tracing on.",
+    )
+    otlp_protocol: Literal["http/protobuf"] | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
+        ),
+        description="Only http/protobuf is supported (the extra installs the HTTP exporter); "
+        "grpc is refused at startup.",
+    )
+    service_name: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_SERVICE_NAME"),
+        description="service.name of the spans; unset: jobrelay-api, jobrelay-worker, "
+        "jobrelay-relay, jobrelay-sqs-worker, or jobrelay for `jobrelay up`.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether these variables turn tracing on."""
+        if self.sdk_disabled or self.exporter == "none":
+            return False
+        return self.exporter is not None or bool(self.otlp_endpoint or self.otlp_traces_endpoint)
+
+
 def _class_caps(text: str) -> dict[str, int]:
     return parse_class_counts(text, what="JOBRELAY_JOBS_GLOBAL_CAPS", minimum=1)
 
@@ -1041,6 +1096,7 @@ class Settings(BaseSettings):
     jobs: JobsSettings = Field(default_factory=JobsSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     def updated(self, **groups: Mapping[str, object]) -> Settings:
         """A copy with fields of some groups replaced, e.g. a command-line option:

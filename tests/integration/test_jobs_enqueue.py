@@ -432,10 +432,10 @@ async def test_the_engine_checks_the_enqueue_contract_for_every_caller(
 
 async def test_the_python_row_is_the_database_type_field_for_field(pool: Pool) -> None:
     """`enqueue._NAMES` (the names of the JSON document, the one-row parameters and the
-    COPY columns) is the type jobrelay_job_input_v1 every enqueue statement reads."""
+    COPY columns) is the type jobrelay_job_input_v2 every enqueue statement reads."""
     rows = await fetch(
         pool,
-        "SELECT attname FROM pg_attribute WHERE attrelid = 'jobrelay_job_input_v1'::regclass "
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'jobrelay_job_input_v2'::regclass "
         "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
     )
     assert tuple(r["attname"] for r in rows) == enqueue_module._NAMES

@@ -19,6 +19,7 @@ from jobrelay.aws.emulator import free_port
 from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches import outbox
+from jobrelay.batches.creation import ATTRIBUTE_BYTES
 from jobrelay.batches.relay import LEASE_EXPIRED_ERROR, Relay, RelayConfig, chunk_messages
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
@@ -340,9 +341,11 @@ def test_chunks_respect_ten_entries_and_the_byte_limit() -> None:
         return OutgoingMessage(item_id=str(n), child_id=str(n), attempt=1, body="x" * size)
 
     small = [message(n, 10) for n in range(25)]
-    assert [len(c) for c in chunk_messages(small, byte_limit=1024)] == [10, 10, 5]
+    assert [len(c) for c in chunk_messages(small, byte_limit=64 * 1024)] == [10, 10, 5]
     big = [message(n, 400) for n in range(5)]
-    assert [len(c) for c in chunk_messages(big, byte_limit=1024)] == [2, 2, 1]
+    # Each counts its body and the attributes' allowance: two fit, not three.
+    two = 2 * (400 + ATTRIBUTE_BYTES) + 100
+    assert [len(c) for c in chunk_messages(big, byte_limit=two)] == [2, 2, 1]
 
 
 async def test_deleted_and_cancelled_batches_are_never_claimed(

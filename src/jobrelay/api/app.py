@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from jobrelay import __version__
+from jobrelay import __version__, tracing
 from jobrelay.api.limits import BodySizeLimit
 from jobrelay.api.openapi import install_openapi, operation_id
 from jobrelay.api.problems import install_problem_handlers
@@ -22,6 +22,7 @@ from jobrelay.api.routes import (
     tenancy,
     webhooks,
 )
+from jobrelay.api.tracing import RequestSpans
 from jobrelay.api.ui import create_ui
 from jobrelay.bootstrap import Services
 
@@ -38,6 +39,8 @@ def create_app(services: Services) -> FastAPI:
     install_problem_handlers(app)
     install_openapi(app, services.jobs.registry)
     app.add_middleware(BodySizeLimit, max_bytes=services.settings.api.max_body_bytes)
+    if tracing.enabled():  # outermost of ours: the span covers the size check too
+        app.add_middleware(RequestSpans)
     app.include_router(health.router)
     app.include_router(tenancy.router)
     app.include_router(jobs.router)

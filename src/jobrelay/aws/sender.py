@@ -16,6 +16,8 @@ Contract (every implementation keeps it; the relay and the Code2WF dispatch rely
   side is idempotent on the child id.
 - `attempt`, when set, travels as the `dispatch_attempt` number attribute (the relay's
   claimed attempt; the reference workers read it). Messages without one carry no attribute.
+- `traceparent`, when set, travels as the `traceparent` string attribute (W3C trace
+  context, `jobrelay.tracing`): the worker that handles the message continues the trace.
 - A sender holds its connection resources for its whole life and is closed by its owner.
 
 `jobrelay.aws.sqs_sender.SqsSender` is the one implementation; tests wrap it to inject
@@ -35,12 +37,14 @@ MAX_ENTRIES = 10
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
     """One message to send: the outbox row it comes from, its child, the attempt it is
-    sent for (None: no `dispatch_attempt` attribute) and the body exactly as stored."""
+    sent for (None: no `dispatch_attempt` attribute), the body exactly as stored and the
+    trace context it carries (None: no `traceparent` attribute)."""
 
     item_id: str
     child_id: str
     attempt: int | None
     body: str
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,10 @@ from jobrelay.aws.sender import OutgoingMessage, QueueUnreachable, SendResult
 
 if TYPE_CHECKING:  # the published stubs are a dev dependency: annotations only
     from types_aiobotocore_sqs import SQSClient
-    from types_aiobotocore_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+    from types_aiobotocore_sqs.type_defs import (
+        MessageAttributeValueTypeDef,
+        SendMessageBatchRequestEntryTypeDef,
+    )
 
 
 class SqsSender:
@@ -102,10 +105,19 @@ class SqsSender:
                 "Id": str(index),
                 "MessageBody": message.body,
             }
+            attributes: dict[str, MessageAttributeValueTypeDef] = {}
             if message.attempt is not None:
-                entry["MessageAttributes"] = {
-                    "dispatch_attempt": {"DataType": "Number", "StringValue": str(message.attempt)}
+                attributes["dispatch_attempt"] = {
+                    "DataType": "Number",
+                    "StringValue": str(message.attempt),
                 }
+            if message.traceparent is not None:
+                attributes["traceparent"] = {
+                    "DataType": "String",
+                    "StringValue": message.traceparent,
+                }
+            if attributes:
+                entry["MessageAttributes"] = attributes
             entries.append(entry)
         response = await client.send_message_batch(QueueUrl=queue_url, Entries=entries)
         return SendResult(

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from jobrelay import tracing
 from jobrelay.children.batch import NewChild, copy_batch_children
 from jobrelay.children.views import BATCH_CHILD_KINDS, BatchChildKind
 from jobrelay.db.pool import Connection
@@ -40,9 +41,10 @@ ITEM_MODELS: dict[str, type[BaseModel]] = {
     "code2des": Code2DesRequest,
 }
 MAX_REPORTED_ERRORS = 1000
-# Bytes the relay adds to every message as attributes (`dispatch_attempt`); SQS counts them
-# against the same limit, so the body may use the queue's limit minus this allowance.
-ATTRIBUTE_BYTES = 64
+# Bytes the relay adds to every message as attributes; SQS counts them (name, type and
+# value) against the same limit, so the body may use the queue's limit minus this allowance:
+# `dispatch_attempt` (about 25 bytes) and, when tracing, `traceparent` (72 bytes).
+ATTRIBUTE_BYTES = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,7 @@ async def insert_batch(conn: Connection, batch: PreparedBatch, *, actor: str) ->
             "project_id": batch.project_id,
             "type": batch.type,
             "actor": actor,
+            "traceparent": tracing.current_traceparent(),
         },
     )
     row = await cur.fetchone()

@@ -100,6 +100,7 @@ async def claim(pool: AsyncConnectionPool[Connection], limits: ClaimLimits, *, a
                 child_id=str(r["job_id"]),
                 attempt=int(str(r["dispatch_attempts"])),
                 body=str(r["body"]),
+                traceparent=None if r["traceparent"] is None else str(r["traceparent"]),
             )
             for r in rows
             if r["id"] is not None

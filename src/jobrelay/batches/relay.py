@@ -13,7 +13,9 @@ Contract (DESIGN.md section 4, seed 000):
   limit per call, several calls in flight). Each entry succeeds or fails on its own.
 - The body is the stored `message` exactly as PostgreSQL renders it, so every delivery of an
   item (every attempt, every relay) carries the same bytes and the same child id. The claimed
-  attempt travels as the `dispatch_attempt` message attribute.
+  attempt travels as the `dispatch_attempt` message attribute; when tracing, each item is
+  sent in a span of its own under its batch's context (`batch.traceparent`), which it carries
+  as the `traceparent` attribute.
 - Accepted entries get `dispatched_at`, guarded by the attempt that was claimed: a relay whose
   lease was taken over records nothing. Failed entries become due again after a delay; a
   failure on the third attempt sets `error_message` and fails the child ('2'). A sweep fails
@@ -54,6 +56,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay import tracing
 from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage, QueueUnreachable
 from jobrelay.batches import outbox
 from jobrelay.batches.circuit import Circuit
@@ -383,6 +386,41 @@ class Relay:
         return len(drifts)
 
     async def _send(
+        self, chunk: list[OutgoingMessage], claimed_at: float, timeout_s: float
+    ) -> tuple[dict[str, str], str | None]:
+        """`_send_chunk`, each message in a send span of its own when tracing: a child of
+        its batch's context, whose own context the message carries to the worker."""
+        if not tracing.enabled():
+            return await self._send_chunk(chunk, claimed_at, timeout_s)
+        spans = [
+            tracing.start_span(
+                "jobrelay.relay.send",
+                kind="producer",
+                parent=message.traceparent,
+                attributes={
+                    "messaging.system": "aws_sqs",
+                    "messaging.operation.type": "send",
+                    "jobrelay.batch_item.id": message.item_id,
+                    "jobrelay.child.id": message.child_id,
+                    "jobrelay.dispatch.attempt": message.attempt or 0,
+                },
+            )
+            for message in chunk
+        ]
+        traced = [
+            dataclasses.replace(message, traceparent=tracing.span_traceparent(span))
+            for message, span in zip(chunk, spans, strict=True)
+        ]
+        failed: dict[str, str] = {}
+        unreachable: str | None = "cancelled"
+        try:
+            failed, unreachable = await self._send_chunk(traced, claimed_at, timeout_s)
+        finally:
+            for message, span in zip(chunk, spans, strict=True):
+                tracing.end_span(span, error=unreachable or failed.get(message.item_id))
+        return failed, unreachable
+
+    async def _send_chunk(
         self, chunk: list[OutgoingMessage], claimed_at: float, timeout_s: float
     ) -> tuple[dict[str, str], str | None]:
         """Send one chunk: the failed entries with their reasons (all of them when the whole

@@ -9,7 +9,8 @@ object from here and never construct a pool or a client themselves. One module p
 * `local_stack`: the SQS/S3 endpoint, or the local emulator;
 * `job_types`: the deployment's job types and the worker configuration built from them;
 * `services`: the pool, clients and services of one process;
-* `runners`: long-running processes (relay, reference SQS worker) wired from settings.
+* `runners`: long-running processes (relay, reference SQS worker) wired from settings;
+* `tracing`: OpenTelemetry for one process, when the `OTEL_*` variables configure it.
 """
 
 from jobrelay.aws.emulator import EmulatorError
@@ -39,6 +40,7 @@ from jobrelay.bootstrap.local_stack import (
 )
 from jobrelay.bootstrap.runners import relay_pool_size, run_relay, run_sqs_worker
 from jobrelay.bootstrap.services import Services, build_services, local_issuer
+from jobrelay.bootstrap.tracing import start_tracing
 from jobrelay.db.embedded import EmbeddedPostgresError
 from jobrelay.db.errors import DatabaseUnavailable
 from jobrelay.db.inspect import DatabaseReport, database_report
@@ -74,6 +76,7 @@ __all__ = [
     "require_safe_environment",
     "run_relay",
     "run_sqs_worker",
+    "start_tracing",
     "worker_config",
     "worker_pool_size",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from psycopg_pool import AsyncConnectionPool
 from pydantic import Field
 
+from jobrelay import tracing
 from jobrelay.aws.sender import MessageSender, OutgoingMessage
 from jobrelay.children import code2wf as rows
 from jobrelay.children.views import DispatchSource
@@ -65,7 +66,12 @@ def job_types(send: MessageSender | None = None, *, retry: RetryPolicy = DEFAULT
             return _give_up(code2wf_id, "the page import has no result to build from")
         message = _message(source)
         outgoing = OutgoingMessage(
-            item_id=code2wf_id, child_id=code2wf_id, attempt=None, body=message.model_dump_json()
+            item_id=code2wf_id,
+            child_id=code2wf_id,
+            attempt=None,
+            body=message.model_dump_json(),
+            # the dispatch job's run span: the worker's handling continues this trace
+            traceparent=tracing.current_traceparent(),
         )
         try:
             result = await send.send_batch([outgoing])

@@ -14,6 +14,9 @@ Order of checks, each with its own answer:
    (not remembered, so a retry after the row exists is processed).
 
 The endpoint never answers 410 (a Standard Webhooks sender disables the endpoint on 410).
+
+When tracing, each delivery is a `jobrelay.webhook.complete` span (inside the request's,
+which continues the worker's trace) naming the child, the outcome and the answer.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
+from jobrelay import tracing
 from jobrelay.children.outcomes import LIFECYCLES, ChildLifecycle
 from jobrelay.children.views import OutcomeResult
 from jobrelay.db.pool import Connection, transaction
@@ -88,6 +92,17 @@ class WorkerWebhooks:
         """Verify and apply one delivery; raises `Unauthorized`/`Malformed` (401/400),
         `InvalidInput` (400 here: a well-formed JSON body that is not an outcome),
         `Conflict` (409: a known webhook-id with another body) or `NotFound` (404)."""
+        with tracing.span("jobrelay.webhook.complete"):
+            answer = await self._receive(headers, body)
+            tracing.annotate(
+                {
+                    "jobrelay.webhook.status_code": answer.status_code,
+                    "jobrelay.webhook.replayed": answer.replayed,
+                }
+            )
+        return answer
+
+    async def _receive(self, headers: Mapping[str, str], body: bytes) -> WebhookAnswer:
         delivery = self._verifier.verify(headers, body)
         try:
             outcome = WorkerOutcome.model_validate(delivery.payload)
@@ -99,6 +114,13 @@ class WorkerWebhooks:
                     for e in exc.errors(include_url=False)
                 ],
             ) from exc
+        tracing.annotate(
+            {
+                "jobrelay.child.kind": outcome.kind,
+                "jobrelay.child.id": outcome.id,
+                "jobrelay.child.outcome": outcome.outcome,
+            }
+        )
         lifecycle = self._lifecycles.get(outcome.kind)
         if lifecycle is None:
             raise NotFound(f"no {outcome.kind} with id {outcome.id}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -32,6 +33,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
 from jobrelay.domain.jobs_config import QueueLimits, Rate
+from jobrelay.jobs import traces
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
 
@@ -86,6 +88,7 @@ async def claim(
     claimer's claim floors per class (`jobs.floors`; a class without one reads from the
     start of the pending indexes).
     """
+    started_ns = time.time_ns()  # the claim spans' start (`jobs.traces`)
     total = limits.total if total is None else total
     if wanted is not None:
         per_class = dict(wanted)
@@ -135,7 +138,9 @@ async def claim(
                     "starts": [r["claimed_at"] for r in started],
                 },
             )
-    return [ClaimedJob.from_row(row) for row in rows]
+    claimed = [ClaimedJob.from_row(row) for row in rows]
+    traces.record_claims(claimed, started_ns, worker_id)
+    return claimed
 
 
 async def rate_budget(conn: Connection, rates: Mapping[str, Rate]) -> dict[str, int]:

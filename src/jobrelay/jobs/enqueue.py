@@ -7,7 +7,8 @@ no lost job). Deduplication is done by the partial unique index `jobs_active_ded
 through `INSERT ... ON CONFLICT`, never by reading first: `DO NOTHING` for policy ignore
 (`enqueue_ignore.sql`, no lock on the job it keeps), `DO UPDATE` for merge and supersede
 (`enqueue_update.sql`). Every statement reads the same row, the database type
-`jobrelay_job_input_v1` that `_Row.fields` encodes (`_NAMES`).
+`jobrelay_job_input_v2` that `_Row.fields` encodes (`_NAMES`). Each call is one
+`jobrelay.jobs.enqueue` span and its rows record that span's trace context (`jobs.traces`).
 
 Every request is first checked against the enqueue contract (`EnqueueRequest.problems`:
 ranges, delay or run time, time zones), whoever sends it; the API and the CLI only parse.
@@ -40,11 +41,13 @@ from typing import Any, LiteralString, cast
 from psycopg.copy import AsyncLibpqWriter
 from pydantic_core import PydanticSerializationError
 
+from jobrelay import tracing
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput, Paused
 from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome, JobRole
 from jobrelay.ids import new_uuid
+from jobrelay.jobs import traces
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued, EnqueueRequest, Job
 from jobrelay.jobs.registry import JobType, Registry, payload_dict, payload_json
@@ -92,6 +95,7 @@ class _Row:
     # The stored payload as JSON text (what the size limit counts); None once a fold changed
     # `payload`.
     payload_json: str | None = None
+    traceparent: str | None = None  # the enqueue's trace context (`jobs.traces`)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -128,6 +132,7 @@ class _Row:
             str(self.job_type.role),
             self.run_at,
             self.fairness_key,
+            self.traceparent,
         )
 
 
@@ -184,6 +189,7 @@ class Enqueuer:
             run_at=None if waiting else request.run_at,
             fairness_key=job_type.fairness_for(model),
             payload_json=payload_json,
+            traceparent=tracing.current_traceparent(),
         )
 
     def _stored_json(self, model: Any, path: str) -> str:
@@ -218,6 +224,14 @@ class Enqueuer:
         `stored`: also return the stored row (`Enqueued.job`), read in the same round trip
         as the write (a parent with children reads it after them).
         """
+        with traces.enqueue_span([request]):
+            result = await self._enqueue(conn, request, stored=stored)
+            traces.enqueued([result])
+        return result
+
+    async def _enqueue(
+        self, conn: Connection, request: EnqueueRequest, *, stored: bool
+    ) -> Enqueued:
         row = self.prepare(request)
         if row.job_type.on_create is None:
             if stored:
@@ -271,6 +285,14 @@ class Enqueuer:
         Results are in request order. Requests folded into an earlier one with the same key
         share its job; under policy ignore they report `deduplicated`.
         """
+        with traces.enqueue_span(requests):
+            results = await self._enqueue_many(conn, requests)
+            traces.enqueued(results)
+        return results
+
+    async def _enqueue_many(
+        self, conn: Connection, requests: Sequence[EnqueueRequest]
+    ) -> list[Enqueued]:
         if len(requests) >= COPY_MIN_ROWS and all(map(self._copyable, requests)):
             return await self._copy_streamed(conn, requests)
         errors: list[FieldError] = []
@@ -484,12 +506,13 @@ def _copy_line(r: _Row) -> str:
         role,
         _run_at,
         fairness_key,
+        traceparent,
     ) = r.fields()
     return (
         f"{id_}\t{_copy_text(type_)}\t{_copy_text(payload)}\t{_copy_text(dedupe_key)}\t"
         f"{revision}\t{_copy_text(source_key)}\t{_copy_text(concurrency_class)}\t"
         f"{priority}\t{max_attempts}\t{_copy_text(parent_id)}\t{role}\t"
-        f"{_copy_text(fairness_key)}\n"
+        f"{_copy_text(fairness_key)}\t{_copy_text(traceparent)}\n"
     )
 
 
@@ -504,10 +527,11 @@ def _copy_text(value: object) -> str:
 
 
 # One job's fields as every enqueue statement reads them: the database type
-# jobrelay_job_input_v1 (migration 0015), in its order, that names the JSON document's keys
-# and enqueue_one.sql's parameters; enqueue_copy.sql copies them but delay_s and run_at (a
-# copied job is available at once). A new field goes here, in `_Row.fields`, `_copy_line`
-# (its unpacking fails loudly until then) and a new version of the type.
+# jobrelay_job_input_v2 (migration 0018: v1 of 0015 and traceparent), in its order, that
+# names the JSON document's keys and enqueue_one.sql's parameters; enqueue_copy.sql copies
+# them but delay_s and run_at (a copied job is available at once). A new field goes here, in
+# `_Row.fields`, `_copy_line` (its unpacking fails loudly until then) and a new version of
+# the type.
 _NAMES = (
     "id",
     "type",
@@ -523,6 +547,7 @@ _NAMES = (
     "role",
     "run_at",
     "fairness_key",
+    "traceparent",
 )
 # The document's encoder: ids and run times as their text (the payload is spliced in as is).
 _DOCUMENT = json.JSONEncoder(separators=(",", ":"), default=str)

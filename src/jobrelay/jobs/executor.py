@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
-from jobrelay.jobs import claims
+from jobrelay.jobs import claims, traces
 from jobrelay.jobs.claims import Done
 from jobrelay.jobs.completer import Completer, count_completion, count_lost, frees_claims
 from jobrelay.jobs.enqueue import Enqueuer
@@ -102,8 +102,15 @@ class Executor:
         self._failpoints = failpoints
 
     async def execute(self, run: Run) -> None:
-        """Run `run.job`'s handler and record its outcome; never raises but the
-        cancellation of a stop (after releasing the claim)."""
+        """Run `run.job`'s handler and record its outcome, in the attempt's run span
+        (`jobs.traces`); never raises but the cancellation of a stop (after releasing the
+        claim)."""
+        with traces.run_span(run.job):
+            await self._execute(run)
+            if run.lost:
+                traces.lease_lost()
+
+    async def _execute(self, run: Run) -> None:
         job = run.job
         job_type = self._registry.get(job.type)
         if job_type is None:
@@ -162,6 +169,7 @@ class Executor:
         self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
     ) -> None:
         """Record the outcome with a CAS write; never raises (the lease covers the rest)."""
+        traces.settled(outcome)
         try:
             written = await self._record(job, job_type, outcome)
         except LeaseLost as exc:

@@ -21,7 +21,8 @@ MAX_DELAY_S = 366 * 86400  # a longer delay is a unit mistake more often than a 
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """What a worker holds after a claim. `claim_token` and `revision` fence every write."""
+    """What a worker holds after a claim. `claim_token` and `revision` fence every write;
+    `traceparent` is the trace context its enqueue recorded (`jobs.traces`)."""
 
     id: uuid.UUID
     type: str
@@ -33,6 +34,7 @@ class ClaimedJob:
     source_key: str | None
     concurrency_class: str
     parent_id: uuid.UUID | None
+    traceparent: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClaimedJob:
@@ -47,6 +49,7 @@ class ClaimedJob:
             source_key=row["source_key"],
             concurrency_class=row["concurrency_class"],
             parent_id=row["parent_id"],
+            traceparent=row.get("traceparent"),
         )
 
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +32,7 @@ import structlog
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from jobrelay import tracing
 from jobrelay.aws.clients import AwsEndpoint, s3_client, sqs_client
 from jobrelay.domain.errors import JobrelayError
 from jobrelay.loops import Backoff, Health, wait_or_stop
@@ -165,7 +167,7 @@ class SqsWorker:
                 WaitTimeSeconds=self.config.poll_wait_s,
                 VisibilityTimeout=self.config.visibility_timeout_s,
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
-                MessageAttributeNames=["dispatch_attempt"],
+                MessageAttributeNames=["dispatch_attempt", "traceparent"],
             )
         )
         stopped = asyncio.ensure_future(stop.wait())
@@ -210,8 +212,11 @@ class SqsWorker:
         # result, so the worker does not look for one (one S3 call less per item); the
         # conditional put still makes the first stored result win.
         first = receives == 1 and dispatch is not None and dispatch.get("StringValue") == "1"
-        with structlog.contextvars.bound_contextvars(
-            sqs_message_id=message.get("MessageId"), receive_count=receives
+        with (
+            _process_span(message, receives),
+            structlog.contextvars.bound_contextvars(
+                sqs_message_id=message.get("MessageId"), receive_count=receives
+            ),
         ):
             heartbeat = asyncio.create_task(self._extend_visibility(receipt))
             try:
@@ -342,6 +347,26 @@ class SqsWorker:
 
 class WebhookUnavailable(Exception):
     """A round of webhook tries found the API unreachable (for `Health`'s log line)."""
+
+
+def _process_span(message: MessageTypeDef, receives: int) -> AbstractContextManager[Any]:
+    """The span of one delivery of a message, under the relay's send span (the message's
+    `traceparent` attribute); the webhook calls are its children."""
+    if not tracing.enabled():
+        return tracing.span("jobrelay.sqs_worker.process")  # the shared no-op
+    attribute = message.get("MessageAttributes", {}).get("traceparent")
+    carried = None if attribute is None else attribute.get("StringValue")
+    return tracing.span(
+        "jobrelay.sqs_worker.process",
+        kind="consumer",
+        parent=carried,
+        attributes={
+            "messaging.system": "aws_sqs",
+            "messaging.operation.type": "process",
+            "messaging.message.id": message.get("MessageId", ""),
+            "messaging.message.delivery_count": receives,
+        },
+    )
 
 
 def child_ref(body: str) -> ChildRef | None:

@@ -9,6 +9,8 @@
 - 5xx, 429 and network errors: retried with exponential backoff and jitter (a
   `Retry-After` is honoured within the cap) until the retry budget is spent: gave up.
   The waits are `jobrelay.loops.retry`'s, which logs each one (`retry.waiting`).
+- Each HTTP call is a client span (`jobrelay.tracing`) whose context travels in the
+  `traceparent` header, so the API's request and the outcome it applies join the trace.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Literal
 
 import httpx
 
+from jobrelay import tracing
 from jobrelay.loops import Backoff, retry
 from jobrelay.protocol import WorkerOutcome
 from jobrelay.webhooks import WebhookSigner
@@ -72,9 +75,7 @@ class WebhookClient:
             headers["content-type"] = "application/json"
             attempt = len(tries) + 1
             try:
-                response = await self._http.post(
-                    self._url, content=body, headers=headers, timeout=self._timeout
-                )
+                response = await self._post(body, headers, attempt)
             except httpx.HTTPError as exc:
                 tries.append(WebhookUnavailable(None, None, type(exc).__name__))
                 raise tries[-1] from exc
@@ -99,6 +100,24 @@ class WebhookClient:
             )
         except WebhookUnavailable as last:
             return Delivery("gave_up", last.status, len(tries))
+
+    async def _post(self, body: bytes, headers: dict[str, str], attempt: int) -> httpx.Response:
+        """One call, in a client span whose context the `traceparent` header carries."""
+        with tracing.span(
+            "jobrelay.webhook.call",
+            kind="client",
+            attributes={"http.request.method": "POST", "http.request.resend_count": attempt - 1},
+        ) as span:
+            tracing.inject(headers)
+            response = await self._http.post(
+                self._url, content=body, headers=headers, timeout=self._timeout
+            )
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status_code)
+                # 409: the child already ended otherwise, an answer, not an error.
+                if response.status_code >= 400 and response.status_code != 409:
+                    tracing.fail(f"HTTP {response.status_code}")
+            return response
 
 
 class WebhookUnavailable(Exception):

@@ -13,6 +13,7 @@
 --    small, so the UPDATE finds its rows by primary key.
 -- The last SELECT always returns one row: `held_back` counts organizations with waiting work
 -- and no room, so an idle relay knows to look again soon (items settle without a NOTIFY).
+-- Each item comes with its batch's `traceparent`, the parent of its send span.
 WITH RECURSIVE waiting (batch_id) AS (
     (
         SELECT batch_id
@@ -101,12 +102,14 @@ WITH RECURSIVE waiting (batch_id) AS (
         updated_by = %(actor)s
     FROM due
     WHERE bi.id = due.id
-    RETURNING bi.id, bi.job_id, bi.dispatch_attempts, bi.message::text AS body
+    RETURNING bi.id, bi.batch_id, bi.job_id, bi.dispatch_attempts, bi.message::text AS body
 )
 SELECT c.id,
        c.job_id,
        c.dispatch_attempts,
        c.body,
+       b.traceparent,
        (SELECT count(*) FROM budget WHERE room <= 0) AS held_back
 FROM (VALUES (1)) AS one (n)
 LEFT JOIN claimed AS c ON true
+LEFT JOIN batch AS b ON b.id = c.batch_id

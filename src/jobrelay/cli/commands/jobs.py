@@ -34,6 +34,7 @@ from jobrelay.bootstrap import (
     jobs_registry,
     parse_slots,
     require_safe_environment,
+    start_tracing,
     worker_config,
     worker_pool_size,
 )
@@ -87,6 +88,7 @@ def worker_command(
     settings = with_apps(load_cli_settings(default_env="production"), app)
     require_safe_environment(settings, "worker")
     configure_logging(settings)
+    start_tracing(settings, "worker")
     registry = jobs_registry(settings)  # checked before anything starts
     try:
         config = worker_config(

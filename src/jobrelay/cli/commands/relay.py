@@ -8,7 +8,13 @@ import signal
 
 import typer
 
-from jobrelay.bootstrap import aws_endpoint, database, require_safe_environment, run_relay
+from jobrelay.bootstrap import (
+    aws_endpoint,
+    database,
+    require_safe_environment,
+    run_relay,
+    start_tracing,
+)
 from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.settings import Settings
 
@@ -31,6 +37,7 @@ def relay_command(
     if metrics_port is not None:
         settings = settings.updated(relay={"metrics_port": metrics_port})
     require_safe_environment(settings, "relay")
+    start_tracing(settings, "relay")
     with database(settings) as dsn:
         asyncio.run(_run(settings, dsn))
 

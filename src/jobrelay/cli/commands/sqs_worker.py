@@ -12,7 +12,7 @@ import signal
 
 import typer
 
-from jobrelay.bootstrap import require_safe_environment, run_sqs_worker
+from jobrelay.bootstrap import require_safe_environment, run_sqs_worker, start_tracing
 from jobrelay.cli.running_stack import load_cli_settings
 from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings
@@ -36,6 +36,7 @@ def sqs_worker_command(
     settings = load_cli_settings(default_env="production", sqs_worker=overrides)
     require_safe_environment(settings, "sqs-worker")
     configure_logging(settings)
+    start_tracing(settings, "sqs-worker")
     asyncio.run(_run(settings))
 
 

@@ -37,6 +37,7 @@ from jobrelay.bootstrap import (
     require_safe_environment,
     run_relay,
     run_sqs_worker,
+    start_tracing,
     worker_config,
 )
 from jobrelay.cli.options import APP_OPTION, with_apps
@@ -73,6 +74,7 @@ def up_command(
     _refuse_a_second_up(settings)
     _require_free_port(settings)
     configure_logging(settings)
+    start_tracing(settings, "up")
     _interrupt_on_sigterm()
     with contextlib.suppress(KeyboardInterrupt):
         _run_stack(settings)
@@ -88,6 +90,7 @@ def api_command(
     require_safe_environment(settings, "api")
     _require_free_port(settings)
     configure_logging(settings)
+    start_tracing(settings, "api")
     _interrupt_on_sigterm()
     with contextlib.suppress(KeyboardInterrupt), database(settings) as dsn:
         asyncio.run(_supervise(settings, dsn, settings.aws.endpoint_url, parts=[]))

@@ -380,4 +380,5 @@ WHERE jobs.id = picked.id
     AND picked.overall <= %(total)s
 RETURNING
     jobs.id, jobs.type, jobs.payload, jobs.revision, jobs.claim_token, jobs.attempt_count,
-    jobs.max_attempts, jobs.source_key, jobs.concurrency_class, jobs.parent_id, jobs.claimed_at
+    jobs.max_attempts, jobs.source_key, jobs.concurrency_class, jobs.parent_id, jobs.claimed_at,
+    jobs.traceparent
