@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install up test test-long test-pg15 system-packages lint typecheck layers unit lock bench clean docs
+.PHONY: install up test test-long test-pg15 system-packages npm lint typecheck layers unit lock bench clean docs
 
 # Runs only when the lock changed. The first run takes minutes, so each phase says what it
 # does and pip shows every package it fetches (no -q on the lock step); later runs are silent.
@@ -17,7 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@echo "==> [3/3] installing jobrelay itself (editable)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
-	@echo "==> $(VENV) is ready"
+	@echo "==> $(VENV) is ready: \`. $(VENV)/bin/activate\` puts the jobrelay command on your PATH"
 
 install: $(STAMP)
 
@@ -37,7 +37,7 @@ layers: $(STAMP)
 
 # pytest exits 5 when it collected nothing; that must fail, so no `|| true` anywhere here.
 test: SYSTEM_PACKAGES = pgbouncer chromium prometheus
-test: system-packages lint typecheck layers
+test: system-packages npm lint typecheck layers
 	$(PY) -m pytest -q -p no:cacheprovider -m "not long"
 
 # The suites that take minutes by design (chaos scenarios at 1/10 scale, a minute of
@@ -78,7 +78,7 @@ bench: $(STAMP)
 
 # The same suite on Debian's PostgreSQL 15 server (started by the test harness on a loopback
 # port with its own data directory) instead of the embedded PostgreSQL 18.
-test-pg15: system-packages lint typecheck layers
+test-pg15: system-packages npm lint typecheck layers
 	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider -m "not long"
 
 # Debian packages the tests start: PostgreSQL 15 (make test-pg15), PgBouncer (the pooler
@@ -101,7 +101,21 @@ system-packages:
 	  fi; \
 	fi
 
-# The generated references (settings, CLI, HTTP) under docs/reference/, from the code.
+# npm for the TypeScript client check (tests/acceptance/test_typescript_client.py runs `npm ci`
+# in a copy of tests/typescript/, then openapi-typescript and tsc): any npm on the PATH (e.g.
+# NodeSource's nodejs bundles one), else Debian's nodejs and npm with apt-get when root.
+npm:
+	@if ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "==> installing nodejs and npm with apt-get"; \
+	    apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm; \
+	  else \
+	    echo "npm is missing (apt-get install -y nodejs npm): the TypeScript client check will be skipped"; \
+	  fi; \
+	fi
+
+# The generated references (settings, CLI, HTTP, openapi.json) under docs/reference/, from the code.
 docs: $(STAMP)
 	$(PY) -m jobrelay.reference
 

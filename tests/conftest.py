@@ -44,6 +44,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.option.basetemp:
         config.option.basetemp = tempfile.mkdtemp(prefix="jobrelay-pytest-")
         _OWN_BASETEMP.append(config.option.basetemp)
+    # The default data directory is per user ($XDG_STATE_HOME/jobrelay): every command the
+    # tests start, and every Settings they build, gets the session's own instead, so a test
+    # never reads or writes the real user's stack.
+    state_home = Path(tempfile.mkdtemp(prefix="jobrelay-state-"))
+    _OWN_BASETEMP.append(str(state_home))
+    os.environ["XDG_STATE_HOME"] = str(state_home)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

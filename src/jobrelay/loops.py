@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -98,13 +99,23 @@ class Health:
         self.backoff = backoff
         self.signals = signals if signals is not None else LoopSignals()
         self.failures = 0
+        self._last_ok = float("-inf")  # time.monotonic() of the latest success
 
     @property
     def failing(self) -> bool:
         return self.failures > 0
 
-    def failed(self, exc: BaseException) -> float:
-        """Count a failure (logged when it is the first in a row); return the backoff."""
+    def failed(self, exc: BaseException, *, began: float | None = None) -> float:
+        """Count a failure (logged when it is the first in a row); return the backoff.
+
+        `began` (time.monotonic()) is when the failed try started, for a health that several
+        tries share at once (an SQS worker's messages): a try that began before the latest
+        success is a straggler of the outage that success ended, not a new outage, so it
+        neither logs nor counts toward the row."""
+        if began is not None and began < self._last_ok:
+            self.signals.errors += 1
+            log.debug("loop.straggler", loop=self.name, error=describe(exc))
+            return self.backoff.delay(1)
         self.failures += 1
         self.signals.errors += 1
         if self.failures == 1:
@@ -115,6 +126,7 @@ class Health:
 
     def ok(self) -> None:
         """Count a success; logs the recovery when the loop was failing."""
+        self._last_ok = time.monotonic()
         if self.failures:
             log.info("loop.recovered", loop=self.name, failed_attempts=self.failures)
             self.signals.recoveries += 1

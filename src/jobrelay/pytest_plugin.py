@@ -15,6 +15,10 @@ other's jobs and may run in any order:
 * `jobrelay_runner`: a `jobrelay.testing.JobRunner`: `await jobrelay_runner.run_job(type,
   payload)` runs one job's attempt with a real worker and returns the stored job;
   `await jobrelay_runner.drain()` runs everything there is to run now.
+* `jobrelay_enqueuer`: a `jobrelay.Enqueuer` of your types, to enqueue in a transaction of
+  your own (`await jobrelay_enqueuer.enqueue(conn, EnqueueRequest(...))`).
+* `jobrelay_api`: a `jobrelay.testing.TestApi`: the real API over the test's database with
+  your types loaded; `await jobrelay_api.http.post("/v1/jobs", json=...)` as an admin.
 
 Async fixtures need pytest-asyncio (any mode: they are declared with its decorator).
 """
@@ -24,13 +28,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from jobrelay.jobs.declare import JobTypes
+from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
 from jobrelay.jobs.loading import AppLoadError, load_app
 from jobrelay.jobs.registry import Registry
-from jobrelay.testing import JobRunner, TestDatabases
+from jobrelay.testing import JobRunner, TestApi, TestDatabases, open_test_api
 
 # Loaded in every pytest run of an environment with jobrelay installed: without
 # pytest-asyncio the async fixtures are simply not offered.
@@ -85,6 +91,12 @@ def jobrelay_registry(jobrelay_job_types: JobTypes) -> Registry:
     return jobrelay_job_types.registry()
 
 
+@pytest.fixture
+def jobrelay_enqueuer(jobrelay_registry: Registry) -> Enqueuer:
+    """An `Enqueuer` of the test's job types (the API's payload limit)."""
+    return Enqueuer(jobrelay_registry, payload_limit_bytes=DEFAULT_PAYLOAD_LIMIT_BYTES)
+
+
 if _HAVE_PYTEST_ASYNCIO:
     import pytest_asyncio
     from psycopg_pool import AsyncConnectionPool
@@ -99,6 +111,14 @@ if _HAVE_PYTEST_ASYNCIO:
             yield pool
         finally:
             await pool.close()
+
+    @pytest_asyncio.fixture
+    async def jobrelay_api(
+        jobrelay_dsn: str, jobrelay_job_types: JobTypes, tmp_path: Path
+    ) -> AsyncIterator[TestApi]:
+        """The real API over the test's database, your types loaded; `.http` as an admin."""
+        async with open_test_api(jobrelay_dsn, tmp_path / "jobrelay", jobrelay_job_types) as api:
+            yield api
 
     @pytest_asyncio.fixture
     async def jobrelay_runner(

@@ -1,12 +1,13 @@
 """Generate the reference pages of docs/ from the code, so they cannot drift from it.
 
-`python -m jobrelay.reference` (or `make docs`) writes three files under `docs/reference/`:
+`python -m jobrelay.reference` (or `make docs`) writes four files under `docs/reference/`:
 
 - `settings.md` from the `Settings` model, one table per group: variable, type, default,
   meaning;
 - `cli.md` from the Typer app `jobrelay.cli.main.app`: commands, arguments, options, help;
 - `http.md` from the OpenAPI document of `jobrelay.api.create_app`: paths, methods,
-  summaries, parameters, status codes.
+  summaries, parameters, status codes;
+- `openapi.json`, that document itself (for generated clients).
 
 `--check` writes nothing and exits 1 naming every stale file. The output depends on the code
 alone: settings are the model's defaults (the environment is never read), the API is built
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import json
 import sys
 import types
 import typing
@@ -335,6 +337,13 @@ def http_reference() -> str:
         "is a 404, like one that does not exist. The `dev` routes exist only while the local",
         "token issuer is in use (`JOBRELAY_AUTH_MODE=local`).",
         "",
+        "Names: a resource's own id is `id` in its body, a reference to another resource is",
+        "`<kind>Id` (`batchId`, `pageImportId`, `jobId`), and a path names its id `{<kind>Id}`.",
+        "A Code2WF generation also carries `code2wfId`, the same value under the name of the",
+        "product's specification. Operation ids (`createBatch`, `getJob`, ...) are the method",
+        "names of generated clients and do not change; the document itself is",
+        "[openapi.json](openapi.json). A request field with a server default may be left out.",
+        "",
     ]
     for tag, operations in by_tag.items():
         lines += [f"## {tag}", ""]
@@ -343,12 +352,19 @@ def http_reference() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def openapi_json() -> str:
+    """docs/reference/openapi.json: the OpenAPI document itself, for generated clients (the
+    TypeScript check of tests/typescript generates its types from this file)."""
+    return json.dumps(openapi_document(), indent=2, ensure_ascii=False) + "\n"
+
+
 # --- entry point ---------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "settings.md": settings_reference,
     "cli.md": cli_reference,
     "http.md": http_reference,
+    "openapi.json": openapi_json,
 }
 """Each generated page under docs/reference/ and the function that renders it."""
 

@@ -1065,6 +1065,20 @@ def _organization_weights(text: str) -> tuple[tuple[int, float], ...]:
     return parse_organization_weights(text, what="JOBRELAY_RELAY_ORG_WEIGHTS")
 
 
+DEFAULT_DATA_DIR = "$XDG_STATE_HOME/jobrelay"
+"""The default data directory, as the settings reference shows it."""
+
+
+def expand_data_dir(path: Path) -> Path:
+    """`path` with `~` and environment variables expanded; `$XDG_STATE_HOME` stands for
+    `~/.local/state` when that variable is unset or empty (the XDG base directory rule)."""
+    text = str(path)
+    if "XDG_STATE_HOME" in text and not os.environ.get("XDG_STATE_HOME"):
+        text = text.replace("${XDG_STATE_HOME}", "~/.local/state")
+        text = text.replace("$XDG_STATE_HOME", "~/.local/state")
+    return Path(os.path.expandvars(text)).expanduser()
+
+
 class Settings(BaseSettings):
     """All configuration of jobrelay, one group per part; `make docs` renders it as
     docs/reference/settings.md."""
@@ -1079,8 +1093,12 @@ class Settings(BaseSettings):
         "`demo` and the other commands as development.",
     )
     data_dir: Path = Field(
-        default=Path(".jobrelay"),
-        description="Local state: embedded PostgreSQL data, local token issuer keys.",
+        default=Path(DEFAULT_DATA_DIR),
+        validate_default=True,
+        description="Local state: embedded PostgreSQL data, local token issuer keys, the "
+        "record of a running `jobrelay up`. The default is one per user "
+        "(`~/.local/state/jobrelay` when XDG_STATE_HOME is unset), so every command finds "
+        "the running stack from any folder; `.jobrelay` keeps it in the current folder.",
     )
 
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
@@ -1097,6 +1115,11 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand_data_dir(cls, value: Path) -> Path:
+        return expand_data_dir(value)
 
     def updated(self, **groups: Mapping[str, object]) -> Settings:
         """A copy with fields of some groups replaced, e.g. a command-line option:

@@ -25,9 +25,11 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -37,13 +39,20 @@ from jobrelay.db import migrate as _migrate
 from jobrelay.db.embedded import EmbeddedPostgres
 from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.jobs import JobStatus
+from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.enqueue import enqueue
 from jobrelay.jobs.models import Job
 from jobrelay.jobs.registry import Registry
 from jobrelay.jobs.service import get_job
 from jobrelay.jobs.worker import Worker, WorkerConfig
 
-__all__ = ["JobRunner", "TestDatabases", "migrate", "run_job"]
+if TYPE_CHECKING:  # the API is imported only by the tests that ask for it
+    import httpx
+
+    from jobrelay.bootstrap import Services
+    from jobrelay.client import AsyncJobrelayClient
+
+__all__ = ["JobRunner", "TestApi", "TestDatabases", "migrate", "open_test_api", "run_job"]
 
 # Durability is not under test in a throwaway server, and these keep a suite fast.
 FAST_SERVER_OPTIONS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -231,3 +240,60 @@ def _attempt_ended(job: Job) -> bool:
     if job.status is JobStatus.IN_PROGRESS:
         return False
     return job.status is not JobStatus.PENDING or job.attempt_count >= 1
+
+
+@dataclass
+class TestApi:
+    """jobrelay's real API (the ASGI app, no port) over a test's database, with your job
+    types loaded beside the product's. `http` is an `httpx.AsyncClient` on it that sends an
+    admin's token; `token()` and `headers()` mint others from the local issuer."""
+
+    __test__ = False
+
+    http: httpx.AsyncClient
+    services: Services
+
+    def token(self, sub: str = "tester", *, admin: bool = False) -> str:
+        """A bearer token of the local issuer for `sub` (in the admin group when `admin`)."""
+        assert self.services.local_issuer is not None
+        return self.services.local_issuer.mint(sub, admin=admin)
+
+    def headers(self, sub: str = "tester", *, admin: bool = False) -> dict[str, str]:
+        """`Authorization` for `sub`, to pass as `headers=` of one request."""
+        return {"Authorization": f"Bearer {self.token(sub, admin=admin)}"}
+
+    def client(self) -> AsyncJobrelayClient:
+        """The typed client (`jobrelay.client`) on this API, as the admin of `http`; it
+        shares `http`, which the fixture closes."""
+        from jobrelay.client import AsyncJobrelayClient
+
+        return AsyncJobrelayClient(http=self.http)
+
+
+@asynccontextmanager
+async def open_test_api(
+    dsn: str, data_dir: Path, job_types: JobTypes | None = None
+) -> AsyncIterator[TestApi]:
+    """The API over the migrated database at `dsn` (local auth, its issuer's keys in
+    `data_dir`), with `job_types` loaded; closed with the block."""
+    import httpx
+
+    from jobrelay.api import create_app
+    from jobrelay.bootstrap import build_services
+    from jobrelay.settings import load_settings
+
+    # Development defaults whatever the environment says, and no JOBRELAY_APP: the job
+    # types are the ones given here (naming them twice would be refused).
+    settings = load_settings(
+        env="development", data_dir=data_dir, db={"pool_min": 1, "pool_max": 4}, jobs={"app": []}
+    )
+    apps = [job_types] if job_types is not None else []
+    async with build_services(settings, dsn, serves_api=True, apps=apps) as services:
+        assert services.local_issuer is not None  # local auth: settings above
+        admin = services.local_issuer.mint("tester", admin=True)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(services)),
+            base_url="http://jobrelay.test",
+            headers={"Authorization": f"Bearer {admin}"},
+        ) as http:
+            yield TestApi(http=http, services=services)

@@ -78,10 +78,10 @@ async def _foreign_code2wf(api: ApiHarness, theirs: ProjectScope) -> str:
 RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "code2wfId": _foreign_code2wf,
     "projectId": _foreign_project,
-    "job_id": _any_job,
+    "jobId": _any_job,
     "batchId": _foreign_batch,
-    "/v1/page-imports/{id}:id": _foreign_page_import,
-    "/v1/code2des/{id}:id": _foreign_code2des,
+    "pageImportId": _foreign_page_import,
+    "code2desId": _foreign_code2des,
 }
 
 

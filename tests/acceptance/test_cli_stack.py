@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from jobrelay.aws.emulator import free_port
 from jobrelay.db.embedded import EmbeddedPostgres
 from tests.harness import cli_env, jobrelay_command, run_cli, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _start_up(data_dir: Path, port: int) -> subprocess.Popen[str]:
@@ -64,6 +72,9 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     assert f"console  http://127.0.0.1:{port}/ui" in output
     assert f"metrics  http://127.0.0.1:{port}/metrics" in output, "up's banner lists /metrics"
     assert "metrics  worker:" in output and "metrics  relay:" in output
+    venv_bin = Path(sys.executable).parent
+    if shutil.which("jobrelay") != str(venv_bin / "jobrelay"):  # the docs' `jobrelay` needs it
+        assert f"`. {venv_bin / 'activate'}` puts `jobrelay` on your PATH" in output, output
     assert server.running_pid() is None, "Ctrl-C must stop the embedded PostgreSQL"
 
     second = _start_up(tmp_path, port)
@@ -243,3 +254,66 @@ def test_the_runbooks_restart_commands_work_as_written(tmp_path: Path) -> None:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         server.stop()
+
+
+def _as_another_user() -> tuple[list[str], dict[str, str]] | None:
+    """A `jobrelay` command line run as user `nobody` (with the system's Python of this
+    version and this environment's packages), or None where that cannot be done: not root,
+    no such user, or the interpreter of this environment lives where nobody can read it."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    python = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not python.exists() or shutil.which("runuser") is None:
+        return None
+    path = os.pathsep.join([sysconfig.get_paths()["purelib"], str(REPO / "src")])
+    command = ["runuser", "-u", "nobody", "--", str(python), "-m", "jobrelay.cli.main"]
+    return command, cli_env(PYTHONPATH=path, HOME="/nonexistent", DATABASE_URL=None)
+
+
+def test_a_data_directory_of_another_user_is_one_line(tmp_path: Path) -> None:
+    other = _as_another_user()
+    if other is None:
+        pytest.skip("needs root, a `nobody` user and /usr/bin/python3.N of this version")
+    runner, env = other
+    # The data directory of root's stack, as `up` leaves it: a cluster closed to others.
+    server = EmbeddedPostgres(tmp_path / "pgdata")
+    server.start()
+    server.stop()
+    tmp_path.chmod(0o755)
+    for command in (["jobs", "list"], ["up"], ["token", "--sub", "x"]):
+        result = subprocess.run(
+            [*runner, *command],
+            env={**env, "JOBRELAY_DATA_DIR": str(tmp_path), "JOBRELAY_ENV": "development"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 2, (command, result.stdout + result.stderr)
+        [line] = result.stderr.strip().splitlines()
+        assert f"the data directory {tmp_path} belongs to user root" in line, line
+        assert "closed to user nobody" in line and "JOBRELAY_DATA_DIR" in line, line
+
+
+@pytest.mark.parametrize("command", ["up", "api"])
+def test_an_app_that_does_not_load_stops_before_anything_starts(
+    tmp_path: Path, command: str
+) -> None:
+    result = run_cli(
+        command,
+        "--port",
+        str(free_port()),
+        "--app",
+        "nowhere.jobs:job_types",
+        DATABASE_URL=None,
+        JOBRELAY_DATA_DIR=str(tmp_path / "data"),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "app 'nowhere.jobs:job_types': no module named 'nowhere'" in line, line
+    assert "jobrelay is up" not in result.stdout
+    assert not (tmp_path / "data").exists(), "nothing may start before the app loads"

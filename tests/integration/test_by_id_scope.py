@@ -37,8 +37,14 @@ ROUTES = [
     ByIdRoute("GET", "/v1/batches/{batchId}/items", "batch", 200, "/v1/batches/{batchId}"),
     ByIdRoute("POST", "/v1/batches/{batchId}/cancel", "batch", 200, "/v1/batches/{batchId}"),
     ByIdRoute("DELETE", "/v1/batches/{batchId}", "batch", 204, "/v1/batches/{batchId}"),
-    ByIdRoute("GET", "/v1/page-imports/{id}", "page_import", 200, "/v1/page-imports/{id}"),
-    ByIdRoute("GET", "/v1/code2des/{id}", "code2des", 200, "/v1/code2des/{id}"),
+    ByIdRoute(
+        "GET",
+        "/v1/page-imports/{pageImportId}",
+        "page_import",
+        200,
+        "/v1/page-imports/{pageImportId}",
+    ),
+    ByIdRoute("GET", "/v1/code2des/{code2desId}", "code2des", 200, "/v1/code2des/{code2desId}"),
     ByIdRoute("GET", "/v1/code2wf/{code2wfId}", "code2wf", 200, "/v1/code2wf/{code2wfId}"),
     # The generation is still processing: 409 shows the member got through to it.
     ByIdRoute("GET", "/v1/code2wf/{code2wfId}/result", "code2wf", 409, "/v1/code2wf/{code2wfId}"),
@@ -47,6 +53,7 @@ ROUTES = [
     ),
     ByIdRoute("DELETE", "/v1/code2wf/{code2wfId}", "code2wf", 204, "/v1/code2wf/{code2wfId}"),
 ]
+ID_PARAMETERS = ("{batchId}", "{pageImportId}", "{code2desId}", "{code2wfId}")
 AUTHORIZERS = {
     visible_batch_id,
     visible_page_import_id,
@@ -70,7 +77,7 @@ class Resources:
 
 
 def _with_id(template: str, resource_id: str) -> str:
-    for name in ("{batchId}", "{id}", "{code2wfId}"):
+    for name in ID_PARAMETERS:
         template = template.replace(name, resource_id)
     return template
 
@@ -158,7 +165,7 @@ def _api_routes() -> list[APIRoute]:
 
 
 def _by_id(path: str) -> bool:
-    return any(name in path for name in ("{batchId}", "{id}", "{code2wfId}"))
+    return any(name in path for name in ID_PARAMETERS)
 
 
 async def test_every_by_id_route_is_authorized_by_the_shared_dependency(api: ApiHarness) -> None:

@@ -92,7 +92,7 @@ async def test_every_worker_runs_the_declared_sweeps(pool: Pool) -> None:
 
     registry = group.registry()
     product = build_registry()
-    assert [s.name for s in product.sweeps] == ["code2wf.orphans"]
+    assert [s.name for s in product.sweeps] == ["code2wf.orphans", "idempotency.purge"]
     worker = Worker(pool=pool, registry=registry, config=WorkerConfig(concurrency=1))
     await worker.start()
     try:

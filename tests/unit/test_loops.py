@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from structlog.testing import capture_logs
 
-from jobrelay.loops import Backoff, Loop, Periodic, RetryStopped, retry
+from jobrelay.loops import Backoff, Health, Loop, Periodic, RetryStopped, retry
 from tests.jobs_support import eventually
 
 
@@ -212,3 +213,20 @@ async def test_retry_honours_a_delay_hint_up_to_the_cap_and_logs_at_the_level_as
             level=logging.DEBUG,
         )
     assert [(e["delay_s"], e["log_level"]) for e in logs] == [(0.02, "debug")] * 2
+
+
+def test_a_try_that_began_before_a_recovery_does_not_start_a_new_outage() -> None:
+    # Several messages share an SQS worker's reporting health: when the API comes back, one
+    # message's delivery succeeds while another's, sent into the outage, still times out.
+    health = Health("shared", backoff=Backoff(base_s=0.1, cap_s=1.0))
+    with capture_logs() as logs:
+        before_heal = time.monotonic()
+        health.failed(RuntimeError("down"), began=before_heal)
+        health.failed(RuntimeError("down"), began=before_heal)
+        health.ok()
+        health.failed(RuntimeError("down"), began=before_heal)  # the straggler
+        assert not health.failing
+        health.failed(RuntimeError("down again"), began=time.monotonic())  # a new outage
+        assert health.failing
+    events = [e["event"] for e in logs if e["log_level"] != "debug"]
+    assert events == ["loop.failing", "loop.recovered", "loop.failing"]

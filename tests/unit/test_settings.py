@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
@@ -21,6 +23,26 @@ def test_defaults_need_no_configuration(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.aws.endpoint_url is None
     assert settings.sqs.message_limit_bytes == 256 * 1024
     assert settings.pgdata_dir.name == "pgdata"
+
+
+def test_the_data_directory_is_one_per_user_whatever_the_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("JOBRELAY_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().data_dir == tmp_path / "state" / "jobrelay"
+    monkeypatch.chdir(tmp_path / "..")
+    assert load_settings().data_dir == tmp_path / "state" / "jobrelay"
+    # XDG's rule: unset or empty means ~/.local/state.
+    monkeypatch.setenv("XDG_STATE_HOME", "")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_settings().data_dir == tmp_path / "home" / ".local" / "state" / "jobrelay"
+    # The folder's own `.jobrelay` only when asked for.
+    monkeypatch.setenv("JOBRELAY_DATA_DIR", ".jobrelay")
+    assert load_settings().data_dir.resolve() == (tmp_path / ".." / ".jobrelay").resolve()
+    monkeypatch.setenv("JOBRELAY_DATA_DIR", "~/stack")
+    assert load_settings().data_dir == tmp_path / "home" / "stack"
 
 
 def test_database_url_is_read_without_prefix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,22 +113,31 @@ async def visible_batch_id(
     return batch_id
 
 
-def _visible_child_id(kind: ChildKind) -> Callable[..., Awaitable[str]]:
-    async def visible_child_id(
-        caller: CallerDep,
-        services: ServicesDep,
-        child_id: Annotated[str, Path(alias="id", min_length=1, max_length=255)],
-    ) -> str:
-        """The `{id}` of a child's path, when the caller may see that child (else 404)."""
-        owner = partial(services.children.owner, kind)
-        await owned_by_caller(caller, services, kind, owner, child_id)
-        return child_id
-
-    return visible_child_id
+ChildId = Annotated[str, Path(min_length=1, max_length=255)]
 
 
-visible_page_import_id = _visible_child_id("page_import")
-visible_code2des_id = _visible_child_id("code2des")
+async def _visible_child(caller: Caller, services: Services, kind: ChildKind, child_id: str) -> str:
+    owner = partial(services.children.owner, kind)
+    await owned_by_caller(caller, services, kind, owner, child_id)
+    return child_id
+
+
+async def visible_page_import_id(
+    caller: CallerDep,
+    services: ServicesDep,
+    page_import_id: Annotated[ChildId, Path(alias="pageImportId")],
+) -> str:
+    """The `{pageImportId}` of the path, when the caller may see that child (else 404)."""
+    return await _visible_child(caller, services, "page_import", page_import_id)
+
+
+async def visible_code2des_id(
+    caller: CallerDep,
+    services: ServicesDep,
+    code2des_id: Annotated[ChildId, Path(alias="code2desId")],
+) -> str:
+    """The `{code2desId}` of the path, when the caller may see that child (else 404)."""
+    return await _visible_child(caller, services, "code2des", code2des_id)
 
 
 async def visible_code2wf_id(

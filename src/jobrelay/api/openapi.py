@@ -11,6 +11,8 @@ rewrites the generated document once so clients and schemathesis see the truth.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from fastapi import FastAPI
@@ -90,6 +92,8 @@ def install_openapi(app: FastAPI, registry: Registry) -> None:
             _document_problems(schema)
             _document_job_types(schema, registry)
             _document_batch_items(schema)
+            _readable_titles(schema)
+            _optional_request_defaults(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -189,3 +193,97 @@ def _document_batch_items(schema: dict[str, Any]) -> None:
         "oneOf": [{"$ref": ref} for ref in mapping.values()],
         "discriminator": {"propertyName": "type", "mapping": mapping},
     }
+
+
+def _readable_titles(schema: dict[str, Any]) -> None:
+    """Property titles as words (`pageImportId` -> "Page import id"), where pydantic made one
+    from the camelCase alias ("Pageimportid"); a title a model sets itself is kept."""
+
+    def visit(node: object) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+        if not isinstance(node, dict):
+            return
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            for name, spec in properties.items():
+                retitle(spec, name)
+        if isinstance(node.get("name"), str) and "in" in node:  # a parameter
+            retitle(node.get("schema"), node["name"].removesuffix("[]"))
+        if isinstance(node.get("operationId"), str):  # FastAPI's "Response Getlocaljwks"
+            for response in node.get("responses", {}).values():
+                for content in response.get("content", {}).values():
+                    retitle(content.get("schema"), node["operationId"], suffix=" response")
+        for value in node.values():
+            visit(value)
+
+    def retitle(spec: object, name: str, suffix: str = "") -> None:
+        if not isinstance(spec, dict):
+            return
+        if spec.get("title") in {f"{t}{suffix}" for t in _generated_titles(name)} | {
+            f"Response {name.title()}"
+        }:
+            spec["title"] = _words(name) + suffix
+
+    visit(schema.get("components", {}))
+    visit(schema.get("paths", {}))
+
+
+def _generated_titles(name: str) -> set[str]:
+    """The titles pydantic gives a property `name`: from the alias, or the field's name."""
+    titles = {name.title(), name.replace("_", " ").title(), _snake(name).replace("_", " ")}
+    return titles | {title.title() for title in titles} | {f"{name.title()}[]"}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def _words(name: str) -> str:
+    return _snake(name).replace("_", " ").capitalize()
+
+
+def _optional_request_defaults(schema: dict[str, Any]) -> None:
+    """A request field with a server default is optional, also for generated clients.
+
+    openapi-typescript (7, `defaultNonNullable`) types every property that carries a
+    `default` as always present, so a Code2Des item `{"html": ...}` without `css` would not
+    compile. In the schemas that request bodies use, a default of a property the body may
+    omit moves into its description ("Default: null."); response schemas keep theirs (a
+    response always has the field)."""
+    components = schema.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+            return
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+            name = ref.removeprefix(_REF_PREFIX)
+            if name not in seen and name in components:
+                seen.add(name)
+                visit(components[name])
+        listed = node.get("required")  # a request body's own `required` is a bool
+        required = set(listed) if isinstance(listed, list) else set()
+        for name, spec in (node.get("properties") or {}).items():
+            if isinstance(spec, dict) and name not in required and "default" in spec:
+                default = json.dumps(spec.pop("default"))
+                described = spec.get("description", "").rstrip()
+                spec["description"] = f"{described} Default: {default}.".lstrip()
+        for key, value in node.items():
+            if key != "$ref":
+                visit(value)
+
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            body = operation.get("requestBody") if isinstance(operation, dict) else None
+            if body:
+                visit(body)
+
+
+_REF_PREFIX = "#/components/schemas/"

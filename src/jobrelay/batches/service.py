@@ -19,7 +19,7 @@ from jobrelay.batches.creation import BatchLimits, insert_batch, prepare_batch
 from jobrelay.batches.outbox import cancel_rest
 from jobrelay.children.batch import delete_batch_children
 from jobrelay.db.deadlock import retry_on_deadlock
-from jobrelay.db.pool import Connection, transaction
+from jobrelay.db.pool import Connection, transaction, transaction_on
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import (
     BatchCounts,
@@ -115,8 +115,10 @@ class BatchService:
         batch_type: str,
         items: Sequence[Any],
         actor: str,
+        conn: Connection | None = None,
     ) -> BatchView:
-        """Validate (nothing is written on `InvalidInput`), then store in one transaction."""
+        """Validate (nothing is written on `InvalidInput`), then store in one transaction
+        (of `conn` when given: the caller's, e.g. with its idempotency key)."""
         prepared = prepare_batch(
             batch_type=batch_type,
             items=items,
@@ -124,8 +126,8 @@ class BatchService:
             project_id=project_id,
             limits=self._limits,
         )
-        async with transaction(self._pool) as conn:
-            row = await insert_batch(conn, prepared, actor=actor)
+        async with transaction_on(self._pool, conn) as writer:
+            row = await insert_batch(writer, prepared, actor=actor)
         counts = BatchCounts(total=len(prepared.items), queued=len(prepared.items))
         return _view(row, counts)
 

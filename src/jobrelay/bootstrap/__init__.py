@@ -19,6 +19,7 @@ from jobrelay.bootstrap.database import (
     embedded_pg_ctl,
     keep_embedded_running,
     migrate_database,
+    require_own_data_dir,
 )
 from jobrelay.bootstrap.environment import ProcessKind, require_safe_environment
 from jobrelay.bootstrap.errors import StartupError
@@ -73,6 +74,7 @@ __all__ = [
     "product_job_types",
     "relay_pool_size",
     "require_free_port",
+    "require_own_data_dir",
     "require_safe_environment",
     "run_relay",
     "run_sqs_worker",

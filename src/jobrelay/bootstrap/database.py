@@ -18,6 +18,8 @@ from jobrelay.db.embedded import (
     SYSTEM_USER,
     EmbeddedPostgres,
     EmbeddedPostgresError,
+    owner_name,
+    user_name,
 )
 from jobrelay.db.network import NetworkTimeouts
 from jobrelay.db.pool import check_connection, check_transaction_pooler
@@ -85,7 +87,12 @@ def database(
         return
     server = EmbeddedPostgres(settings.pgdata_dir)
     owner_file = settings.data_dir.resolve() / "up.pid"
-    if not own_stack and server.running_pid() is not None and _alive_pid_in(owner_file):
+    require_own_data_dir(settings)
+    try:
+        attach = not own_stack and server.running_pid() is not None
+    except EmbeddedPostgresError as exc:
+        raise StartupError(str(exc)) from exc
+    if attach and _alive_pid_in(owner_file):
         yield bounded_dsn(settings, server.dsn())
         return
     if not own_stack:
@@ -111,6 +118,26 @@ def database(
         if own_stack:
             owner_file.unlink(missing_ok=True)
         server.stop()
+
+
+def require_own_data_dir(settings: Settings) -> None:
+    """Raise `StartupError` (one line) when the data directory, or its cluster, is closed
+    to this user: another user's stack holds it, and nothing of it is ours to use."""
+    data_dir = settings.data_dir.resolve()
+    for path in (data_dir, settings.pgdata_dir, data_dir / "issuer"):
+        if _present(path) and not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+            raise StartupError(
+                f"the data directory {data_dir} belongs to user {owner_name(path)} and is "
+                f"closed to user {user_name(os.geteuid())}: set JOBRELAY_DATA_DIR to a "
+                "directory of your own (the default is per user), or set DATABASE_URL"
+            )
+
+
+def _present(path: Path) -> bool:
+    try:
+        return path.exists()
+    except PermissionError:  # a parent closed to us: there is something, not ours
+        return True
 
 
 def _alive_pid_in(pid_file: Path) -> bool:

@@ -4,10 +4,11 @@ worker's configuration built from them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay import content, diagnostics
+from jobrelay import content, diagnostics, idempotency
 from jobrelay.aws.sender import MessageSender
 from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
@@ -40,6 +41,7 @@ def product_job_types(
     group = JobTypes()
     group.include(content.job_types(failpoints=failpoints))
     group.include(code2wf_dispatch.job_types(send))
+    group.include(idempotency.job_types())
     if diag_enabled:
         group.include(diagnostics.job_types)
     return group
@@ -50,15 +52,18 @@ def deployment_job_types(
     *,
     failpoints: Failpoints | None = None,
     send: MessageSender | None = None,
+    apps: Sequence[JobTypes] = (),
 ) -> JobTypes:
     """Every job type this deployment runs: the product's, the apps of `JOBRELAY_APP` /
     `--app`, and the packages of the `jobrelay.job_types` entry-point group, all declared
-    through the same `JobTypes`."""
+    through the same `JobTypes`; `apps` adds groups already loaded (the pytest plugin's)."""
     group = product_job_types(
         diag_enabled=settings.jobs.diag_enabled,
         failpoints=failpoints or Failpoints.parse(settings.jobs.failpoints),
         send=send,
     )
+    for app in apps:
+        group.include(app)
     try:
         for reference in settings.jobs.app:
             group.include(load_app(reference))
@@ -93,22 +98,28 @@ def jobs_registry(
     settings: Settings,
     failpoints: Failpoints | None = None,
     send: MessageSender | None = None,
+    apps: Sequence[JobTypes] = (),
 ) -> Registry:
     """The closed registry of this deployment's job types; raises `StartupError` with one
     line naming every problem (an app that does not load, two types with one name, an
     incomplete declaration)."""
     try:
-        return deployment_job_types(settings, failpoints=failpoints, send=send).registry()
+        return deployment_job_types(
+            settings, failpoints=failpoints, send=send, apps=apps
+        ).registry()
     except RegistryError as exc:
         raise StartupError(f"job types: {exc}") from None
 
 
 def jobs_service(
-    settings: Settings, pool: AsyncConnectionPool[Connection], send: MessageSender | None = None
+    settings: Settings,
+    pool: AsyncConnectionPool[Connection],
+    send: MessageSender | None = None,
+    apps: Sequence[JobTypes] = (),
 ) -> JobsService:
     """The jobs engine over `pool`; with a sender its Code2WF dispatch can send."""
     failpoints = Failpoints.parse(settings.jobs.failpoints)
-    registry = jobs_registry(settings, failpoints, send)
+    registry = jobs_registry(settings, failpoints, send, apps)
     return JobsService(
         pool=pool,
         registry=registry,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -18,6 +18,7 @@ from jobrelay.aws.clients import AwsEndpoint, endpoint_reachable, s3_client
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.service import BatchService
+from jobrelay.bootstrap.database import require_own_data_dir
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.job_types import jobs_service
 from jobrelay.bootstrap.local_stack import aws_endpoint
@@ -29,6 +30,8 @@ from jobrelay.db.pool import Connection, open_pool
 from jobrelay.domain.errors import NotFound
 from jobrelay.generations.code2wf import Code2WfService
 from jobrelay.generations.webhooks import WorkerWebhooks
+from jobrelay.idempotency import IdempotentRequests
+from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.service import JobsService
 from jobrelay.settings import Settings
 from jobrelay.webhooks import WebhookVerifier
@@ -50,6 +53,7 @@ class Services:
     worker_webhooks: WorkerWebhooks
     code2wf: Code2WfService
     console: ConsoleService
+    idempotency: IdempotentRequests
     local_issuer: LocalIssuer | None = None
 
     async def read_result(self, key: str) -> bytes:
@@ -91,6 +95,7 @@ async def build_services(
     *,
     serves_api: bool = False,
     bounded_calls: bool = True,
+    apps: Sequence[JobTypes] = (),
 ) -> AsyncIterator[Services]:
     """Open the pool and clients for one process and close them on exit.
 
@@ -98,6 +103,7 @@ async def build_services(
     instead of the connect-timeout-based wait that suits background loops.
     `bounded_calls=False`: no JOBRELAY_DB_CALL_DEADLINE_S on borrowed connections (the
     `ops` commands, whose conversions run long statements on purpose).
+    `apps`: job types already loaded, beside those the settings name (the pytest plugin's).
     """
     pool = await open_pool(
         dsn,
@@ -109,7 +115,7 @@ async def build_services(
     aws = endpoint or aws_endpoint(settings)
     # One SQS client for the Code2WF dispatch of this process, opened on its first send.
     sender = SqsSender(aws, queue_name=settings.sqs.queue_name)
-    jobs = jobs_service(settings, pool, sender)
+    jobs = jobs_service(settings, pool, sender, apps)
     tenancy = Tenancy(pool)
     try:
         yield Services(
@@ -125,6 +131,7 @@ async def build_services(
             worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
             code2wf=Code2WfService(pool, jobs),
             console=ConsoleService(pool, jobs.global_caps),
+            idempotency=IdempotentRequests(pool),
             local_issuer=issuer,
         )
     finally:
@@ -139,6 +146,7 @@ def webhook_verifier(settings: Settings) -> WebhookVerifier:
 
 def local_issuer(settings: Settings) -> LocalIssuer:
     """The development token issuer whose key pair lives in the data directory."""
+    require_own_data_dir(settings)
     return LocalIssuer(settings.data_dir, admin_group=settings.auth.admin_group)
 
 

@@ -64,6 +64,13 @@ class EmbeddedPostgres:
             pid = int(pid_file.read_text().splitlines()[0])
         except (FileNotFoundError, IndexError, ValueError):
             return None
+        except PermissionError:
+            # Another user's cluster (0700): whatever runs there is theirs, not ours to use.
+            raise EmbeddedPostgresError(
+                f"the data directory {self.pgdata} belongs to user {owner_name(self.pgdata)} "
+                f"and is closed to user {user_name(os.geteuid())}: set JOBRELAY_DATA_DIR "
+                "to a directory of your own (the default is per user), or DATABASE_URL"
+            ) from None
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -84,8 +91,9 @@ class EmbeddedPostgres:
         if pid is not None:
             raise EmbeddedPostgresError(
                 f"the data directory {self.pgdata} is in use by another PostgreSQL server "
-                f"(pid {pid}). Stop it (`{POSTGRES_BIN_PATH / 'pg_ctl'} -D {self.pgdata} stop`, "
-                "or end the other `jobrelay up`) or set JOBRELAY_DATA_DIR to another directory."
+                f"(pid {pid}, user {user_name(_process_uid(pid))}). Stop it "
+                f"(`{POSTGRES_BIN_PATH / 'pg_ctl'} -D {self.pgdata} stop`, or end the other "
+                "`jobrelay up`) or set JOBRELAY_DATA_DIR to another directory."
             )
         self._prepare_directories()
         if not (self.pgdata / "PG_VERSION").exists():
@@ -198,6 +206,32 @@ class EmbeddedPostgres:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def user_name(uid: int | None) -> str:
+    """The login name of `uid` (its number when it has none)."""
+    if uid is None:
+        return "unknown"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def owner_name(path: Path) -> str:
+    """The login name of the user owning `path`."""
+    try:
+        return user_name(path.stat().st_uid)
+    except OSError:
+        return "unknown"
+
+
+def _process_uid(pid: int) -> int | None:
+    """The user a process runs as (Linux's /proc), None where that cannot be read."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def _ensure_system_user() -> pwd.struct_passwd:

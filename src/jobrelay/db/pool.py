@@ -221,6 +221,20 @@ async def transaction(pool: AsyncConnectionPool[Connection]) -> AsyncIterator[Co
         yield conn
 
 
+@asynccontextmanager
+async def transaction_on(
+    pool: AsyncConnectionPool[Connection], conn: Connection | None
+) -> AsyncIterator[Connection]:
+    """The block in a transaction of the caller's `conn` (a savepoint inside the caller's
+    own), or of a connection borrowed from `pool` when `conn` is None."""
+    if conn is None:
+        async with transaction(pool) as own:
+            yield own
+        return
+    async with conn.transaction():
+        yield conn
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

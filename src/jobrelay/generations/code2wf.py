@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.auth.tenancy import ProjectScope
 from jobrelay.children import code2wf as rows
 from jobrelay.children.views import Code2WfView, PageImportSource
-from jobrelay.db.pool import Connection, transaction
+from jobrelay.db.pool import Connection, transaction, transaction_on
 from jobrelay.domain.batch_status import ChildStatus
 from jobrelay.domain.errors import Conflict, FieldError, InvalidInput, NotFound
 from jobrelay.ids import new_id
@@ -59,10 +59,16 @@ class Code2WfService:
         self._failpoint = failpoint
 
     async def create(
-        self, scope: ProjectScope, request: NewGeneration, *, actor: str
+        self,
+        scope: ProjectScope,
+        request: NewGeneration,
+        *,
+        actor: str,
+        conn: Connection | None = None,
     ) -> Code2WfView:
-        """Create the row and its dispatch job in one transaction (both or neither)."""
-        async with transaction(self._pool) as conn:
+        """Create the row and its dispatch job in one transaction (both or neither), of
+        `conn` when given (the caller's, e.g. with its idempotency key)."""
+        async with transaction_on(self._pool, conn) as conn:
             source = await rows.page_import_for_create(
                 conn, request.page_import_id, organization_id=scope.organization_id
             )

@@ -327,7 +327,14 @@ class Registry:
         if type_name not in self._types:
             raise InvalidInput(
                 f"unknown job type {type_name!r}",
-                [FieldError("type", f"unknown job type; known: {', '.join(sorted(self._types))}")],
+                [
+                    FieldError(
+                        "type",
+                        f"unknown job type; known: {', '.join(sorted(self._types))} (a "
+                        "process knows the types of its --app / JOBRELAY_APP, e.g. "
+                        "`jobrelay up --app package.module:job_types`)",
+                    )
+                ],
             )
         if not isinstance(payload, Mapping):
             raise InvalidInput("invalid payload", [FieldError("payload", "must be an object")])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -295,11 +296,13 @@ class SqsWorker:
         and delivered again: an API outage of any length spends no receive of the message
         and loses no result (a stop abandons it: visible again, its result stored in S3)."""
         while True:
+            began = time.monotonic()
             delivery = await self._webhook.deliver(outcome)
             if delivery.verdict != "gave_up":
                 break
             self.reporting.failed(
-                WebhookUnavailable(f"{self.config.webhook_url}: status {delivery.status_code}")
+                WebhookUnavailable(f"{self.config.webhook_url}: status {delivery.status_code}"),
+                began=began,
             )
         self.reporting.ok()
         fields = {

@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from jobrelay.api.deps import BatchIdDep, CallerDep, ProjectScopeDep, ServicesDep
+from jobrelay.api.idempotency import IdempotencyKey, answer, created_once
 from jobrelay.api.schemas import ApiModel, BatchStatusCode, ItemStateName
 from jobrelay.batches.service import BatchView, ItemPage
+from jobrelay.idempotency import Answer, Writer
 
 router = APIRouter(prefix="/v1", tags=["batches"])
 
@@ -126,16 +129,25 @@ class Items(ApiModel):
     },
 )
 async def create_batch(
-    body: CreateBatch, scope: ProjectScopeDep, caller: CallerDep, services: ServicesDep
-) -> Batch:
-    view = await services.batches.create(
-        organization_id=scope.organization_id,
-        project_id=scope.project_id,
-        batch_type=body.type,
-        items=body.items,
-        actor=caller.sub,
-    )
-    return Batch.of(view)
+    body: CreateBatch,
+    scope: ProjectScopeDep,
+    caller: CallerDep,
+    services: ServicesDep,
+    request: Request,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    async def create(conn: Writer) -> Answer:
+        view = await services.batches.create(
+            organization_id=scope.organization_id,
+            project_id=scope.project_id,
+            batch_type=body.type,
+            items=body.items,
+            actor=caller.sub,
+            conn=conn,
+        )
+        return answer(Batch.of(view), 201)
+
+    return await created_once(request, services, caller, idempotency_key, body, create)
 
 
 @router.get(

@@ -37,7 +37,7 @@ class Code2Des(Child):
 
 
 @router.get(
-    "/page-imports/{id}",
+    "/page-imports/{pageImportId}",
     response_model=PageImport,
     response_model_by_alias=True,
     summary="A Page Import: status '0' processing, '1' completed, '2' failed, '3' cancelled",
@@ -48,7 +48,7 @@ async def get_page_import(child_id: PageImportIdDep, services: ServicesDep) -> A
 
 
 @router.get(
-    "/code2des/{id}",
+    "/code2des/{code2desId}",
     response_model=Code2Des,
     response_model_by_alias=True,
     summary="A Code2Des: status '0' processing, '1' completed, '2' failed, '3' cancelled",

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from jobrelay.api.deps import CallerDep, Code2WfIdDep, ProjectScopeDep, ServicesDep
+from jobrelay.api.idempotency import IdempotencyKey, answer, created_once
 from jobrelay.api.schemas import (
     GENERATION_STATUS,
     ApiModel,
@@ -21,6 +22,7 @@ from jobrelay.children.views import Code2WfView
 from jobrelay.domain.batch_status import ChildStatus
 from jobrelay.domain.errors import Conflict, NotFound
 from jobrelay.generations.code2wf import PAGE_SIZE_MAX, NewGeneration
+from jobrelay.idempotency import Answer, Writer
 
 router = APIRouter(prefix="/v1", tags=["code2wf"])
 
@@ -38,7 +40,11 @@ class CreateCode2Wf(ApiModel):
 
 
 class Code2Wf(ApiModel):
-    code2wf_id: str = Field(alias="code2wfId")
+    id: str = Field(description="The generation's id (a resource's own id is `id`)")
+    code2wf_id: str = Field(
+        alias="code2wfId",
+        description="The same id under seed 004's name, kept for the clients written for it",
+    )
     organization_id: int
     project_id: int
     page_import_id: str
@@ -81,19 +87,25 @@ class Code2WfPage(ApiModel):
     },
 )
 async def create_code2wf(
-    body: CreateCode2Wf, scope: ProjectScopeDep, caller: CallerDep, services: ServicesDep
-) -> Code2Wf:
-    generation = await services.code2wf.create(
-        scope,
-        NewGeneration(
-            page_import_id=body.page_import_id,
-            figma_file_key=body.figma_file_key,
-            screen_id=body.screen_id,
-            placement_target=body.placement_target,
-        ),
-        actor=caller.sub,
+    body: CreateCode2Wf,
+    scope: ProjectScopeDep,
+    caller: CallerDep,
+    services: ServicesDep,
+    request: Request,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    new = NewGeneration(
+        page_import_id=body.page_import_id,
+        figma_file_key=body.figma_file_key,
+        screen_id=body.screen_id,
+        placement_target=body.placement_target,
     )
-    return Code2Wf.of(generation)
+
+    async def create(conn: Writer) -> Answer:
+        generation = await services.code2wf.create(scope, new, actor=caller.sub, conn=conn)
+        return answer(Code2Wf.of(generation), 201)
+
+    return await created_once(request, services, caller, idempotency_key, body, create)
 
 
 @router.get(

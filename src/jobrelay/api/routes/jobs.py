@@ -7,16 +7,22 @@ import datetime as dt
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Path, Query, Request, status
+from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field, field_validator
 
 from jobrelay.api.deps import AdminDep, ServicesDep
+from jobrelay.api.idempotency import IdempotencyKey, answer, created_once
 from jobrelay.api.schemas import ApiModel
 from jobrelay.domain.errors import FieldError, InvalidInput
 from jobrelay.domain.jobs import EnqueueOutcome
+from jobrelay.idempotency import Answer, Writer
 from jobrelay.jobs.diagnosis import Diagnosis, Reason
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.models import MAX_DELAY_S, Attempt, Job, JobFilter
+
+# The path parameter is `jobId`, as every id of a path is `<kind>Id` (it was `job_id`).
+JobIdPath = Annotated[uuid.UUID, Path(alias="jobId", description="The job's id")]
 
 router = APIRouter(tags=["jobs"])
 
@@ -245,34 +251,43 @@ def _as_sent(exc: InvalidInput, body: JobIn) -> InvalidInput:
     responses={200: {"model": EnqueuedOut}, 422: {"description": "unknown type, bad payload"}},
 )
 async def enqueue_job(
-    body: JobIn, _: AdminDep, services: ServicesDep, response: Response
-) -> EnqueuedOut:
-    try:
-        result = await services.jobs.enqueue(_request(body), stored=True)
-    except InvalidInput as exc:
-        raise _as_sent(exc, body) from None
-    if result.outcome is not EnqueueOutcome.CREATED:
-        response.status_code = status.HTTP_200_OK
-    # The stored row came with the write; read again only if the job was gone by then.
-    job = result.job or await services.jobs.get(result.id)
-    return EnqueuedOut(
-        id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(job)
-    )
+    body: JobIn,
+    caller: AdminDep,
+    services: ServicesDep,
+    request: Request,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    job_request = _request(body)
+
+    async def create(conn: Writer) -> Answer:
+        try:
+            result = await services.jobs.enqueue(job_request, conn=conn, stored=True)
+        except InvalidInput as exc:
+            raise _as_sent(exc, body) from None
+        created = result.outcome is EnqueueOutcome.CREATED
+        # The stored row came with the write; read again only if the job was gone by then.
+        job = result.job or await services.jobs.get(result.id)
+        enqueued = EnqueuedOut(
+            id=result.id, outcome=result.outcome, revision=result.revision, job=JobOut.of(job)
+        )
+        return answer(enqueued, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    return await created_once(request, services, caller, idempotency_key, body, create)
 
 
-@router.get("/v1/jobs/{job_id}", response_model=JobOut, summary="One job")
-async def get_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+@router.get("/v1/jobs/{jobId}", response_model=JobOut, summary="One job")
+async def get_job(job_id: JobIdPath, _: AdminDep, services: ServicesDep) -> JobOut:
     return JobOut.of(await services.jobs.get(job_id))
 
 
 @router.get(
-    "/v1/jobs/{job_id}/attempts",
+    "/v1/jobs/{jobId}/attempts",
     response_model=AttemptPageOut,
     summary="The job's attempts that ended without success (failure, lease expired, cancel "
     "while running), oldest first, at most 200; an unknown job is a 404",
     responses={404: {"description": "no such job"}},
 )
-async def job_attempts(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> AttemptPageOut:
+async def job_attempts(job_id: JobIdPath, _: AdminDep, services: ServicesDep) -> AttemptPageOut:
     await services.jobs.get(job_id)
     attempts = await services.jobs.attempts(job_id)
     return AttemptPageOut(items=[AttemptOut.of(a) for a in attempts])
@@ -326,31 +341,31 @@ async def list_jobs(
 
 
 @router.post(
-    "/v1/jobs/{job_id}/cancel",
+    "/v1/jobs/{jobId}/cancel",
     response_model=JobOut,
     summary="Cancel a pending or running job (a running handler is stopped)",
 )
-async def cancel_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+async def cancel_job(job_id: JobIdPath, _: AdminDep, services: ServicesDep) -> JobOut:
     return JobOut.of(await services.jobs.cancel(job_id))
 
 
 @router.post(
-    "/v1/jobs/{job_id}/retry",
+    "/v1/jobs/{jobId}/retry",
     response_model=JobOut,
     summary="Put a failed or cancelled job back to pending with fresh attempts",
 )
-async def retry_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> JobOut:
+async def retry_job(job_id: JobIdPath, _: AdminDep, services: ServicesDep) -> JobOut:
     return JobOut.of(await services.jobs.retry(job_id))
 
 
 @router.get(
-    "/v1/jobs/{job_id}/diagnosis",
+    "/v1/jobs/{jobId}/diagnosis",
     response_model=DiagnosisOut,
     summary="Why isn't this job running? One answer from the database's state, with the "
     "blocking thing named",
     responses={404: {"description": "no such job"}},
 )
-async def diagnose_job(job_id: uuid.UUID, _: AdminDep, services: ServicesDep) -> DiagnosisOut:
+async def diagnose_job(job_id: JobIdPath, _: AdminDep, services: ServicesDep) -> DiagnosisOut:
     return DiagnosisOut.of(await services.jobs.diagnose(job_id))
 
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -29,11 +32,13 @@ from jobrelay.bootstrap import (
     aws_endpoint,
     build_services,
     database,
+    jobs_registry,
     keep_embedded_running,
     local_emulator,
     local_issuer,
     prepare_aws,
     require_free_port,
+    require_own_data_dir,
     require_safe_environment,
     run_relay,
     run_sqs_worker,
@@ -46,6 +51,9 @@ from jobrelay.logs import configure_logging
 from jobrelay.settings import Settings, load_settings
 
 console = Console()
+
+# Where earlier releases kept the local stack's data: the current folder.
+LEGACY_DATA_DIR = ".jobrelay"
 
 # A background component of the stack: runs until `stop` is set.
 Component = Callable[[Services, asyncio.Event], Coroutine[Any, Any, None]]
@@ -71,8 +79,10 @@ def up_command(
     # PostgreSQL, the emulator and the local issuer, which production refuses.
     settings = _for_stack(_with_port(with_apps(load_settings(env="development"), app), port))
     settings = settings.updated(db={"pool_max": max(settings.db.pool_max, 30)})
+    require_own_data_dir(settings)
     _refuse_a_second_up(settings)
     _require_free_port(settings)
+    jobs_registry(settings)  # an --app that does not load stops here, before anything starts
     configure_logging(settings)
     start_tracing(settings, "up")
     _interrupt_on_sigterm()
@@ -89,6 +99,7 @@ def api_command(
     settings = _with_port(with_apps(load_settings(default_env="production"), app), port)
     require_safe_environment(settings, "api")
     _require_free_port(settings)
+    jobs_registry(settings)
     configure_logging(settings)
     start_tracing(settings, "api")
     _interrupt_on_sigterm()
@@ -122,6 +133,7 @@ def stack_parts(settings: Settings, dsn: str) -> list[StackPart]:
 
 
 def _run_stack(settings: Settings) -> None:
+    _mention_a_folder_data_dir(settings)
     if settings.db.url:
         _progress("migrating the database at DATABASE_URL")
     elif (settings.pgdata_dir / "PG_VERSION").exists():
@@ -148,6 +160,21 @@ def _run_stack(settings: Settings) -> None:
                 asyncio.run(
                     _supervise(settings, dsn, endpoint_url, parts=stack_parts(settings, dsn))
                 )
+
+
+def _mention_a_folder_data_dir(settings: Settings) -> None:
+    """Earlier releases kept the data in `.jobrelay` under the current folder; a stack
+    started there now would quietly begin with an empty database, so say where the old one
+    is and how to keep using it."""
+    legacy = Path(LEGACY_DATA_DIR).resolve()
+    if "data_dir" in settings.model_fields_set or legacy == settings.data_dir.resolve():
+        return
+    if (legacy / "pgdata" / "PG_VERSION").exists():
+        _progress(
+            f"{legacy} holds the data of an earlier `jobrelay up` and is not used: the data "
+            f"directory is {settings.data_dir.resolve()} (JOBRELAY_DATA_DIR={LEGACY_DATA_DIR} "
+            "keeps using the old one)"
+        )
 
 
 def _progress(step: str) -> None:
@@ -187,7 +214,25 @@ def _print_welcome(settings: Settings, endpoint_url: str | None) -> None:
         console.print("A token (sub demo, admin group, 12 h) and an example request:")
         console.print(f"  export TOKEN={token}", soft_wrap=True, highlight=False)
         console.print(f'  curl -s -H "Authorization: Bearer $TOKEN" {base}/v1/me', highlight=False)
+    activate = _activate_hint()
+    if activate:
+        console.print(
+            f"In another terminal, {activate} puts `jobrelay` on your PATH.",
+            soft_wrap=True,
+            highlight=False,
+        )
     console.print("Press Ctrl-C to stop.")
+
+
+def _activate_hint() -> str | None:
+    """`. <venv>/bin/activate` when this `jobrelay` is not the one on the PATH (run as
+    `make up` or `.venv/bin/jobrelay up`), so the commands the docs write work as written."""
+    venv_bin = Path(sys.executable).parent
+    script = venv_bin / "jobrelay"
+    on_path = shutil.which("jobrelay")
+    if not (venv_bin / "activate").exists() or (on_path and Path(on_path) == script):
+        return None
+    return f"`. {venv_bin / 'activate'}`"
 
 
 class _SupervisedServer(uvicorn.Server):
