@@ -43,7 +43,9 @@ test: system-packages npm lint typecheck layers
 # The suites that take minutes by design (chaos scenarios at 1/10 scale, a minute of
 # rate-limit windows, 30 s of schedule ticks, the many-process fleet, the console in
 # Chromium, the CLI's longest run of one-shot processes, schemathesis, two relays x 2,000
-# items, the e2e kill and restart): kept out of `make test` so it
+# items, the e2e kill and restart, the how-to run from a package outside the repository,
+# the database crash under load, the traced stack, the e2e through PgBouncer, the one-shot
+# commands beside a running `up`): kept out of `make test` so it
 # stays under 10 minutes on 2 cores; CI (.ci/run)
 # runs them after it.
 test-long: SYSTEM_PACKAGES = pgbouncer chromium prometheus
@@ -68,6 +70,7 @@ bench: $(STAMP)
 	$(PY) -m bench.chaos batch-kill --size 5000 --out bench/chaos/results/batch-kill.jsonl
 	$(PY) -m bench.chaos partition --size 2000 --out bench/chaos/results/partition.jsonl
 	$(PY) -m bench.pressure.claim_plan --pending 1000,100000 --keys 1,10,1000 --churn 20000
+	$(PY) -m bench.bad_rows --jobs 3000 --reps 3 --lock-s 60
 	@if [ -n "$(PEERS_DIR)" ]; then PEERS_DIR="$(PEERS_DIR)" PEERS="jobrelay jobrelay_durable procrastinate pgqueuer pgqueuer_pool oban chancy bare_insert" bench/peers/run_with_peers.sh; else echo "==> peer table skipped: set PEERS_DIR to the peer harness"; fi
 	@if [ "$(BENCH_SOAK)" = 1 ]; then \
 		$(PY) -m bench.soak --minutes 60 --rate 100 --out bench/results/soak-free.csv & \
@@ -77,9 +80,11 @@ bench: $(STAMP)
 	else echo "==> 60-minute soak skipped: BENCH_SOAK=1 runs it"; fi
 
 # The same suite on Debian's PostgreSQL 15 server (started by the test harness on a loopback
-# port with its own data directory) instead of the embedded PostgreSQL 18.
+# port with its own data directory) instead of the embedded PostgreSQL 18. Tests marked
+# `own_server` start their own embedded server (or none): PostgreSQL 15 never reaches them,
+# so running them twice would prove nothing new.
 test-pg15: system-packages npm lint typecheck layers
-	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider -m "not long"
+	JOBRELAY_TEST_PG=15 $(PY) -m pytest -q -p no:cacheprovider -m "not long and not own_server"
 
 # Debian packages the tests start: PostgreSQL 15 (make test-pg15), PgBouncer (the pooler
 # tests of both runs), Chromium (the console's headless browser check) and Prometheus (its

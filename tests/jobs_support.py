@@ -49,8 +49,13 @@ def registry() -> Registry:
     return build_registry(diag_enabled=True)
 
 
-def service(pool: AsyncConnectionPool[Connection], *, limit: int = 256 * 1024) -> JobsService:
-    reg = registry()
+def service(
+    pool: AsyncConnectionPool[Connection],
+    *,
+    limit: int = 256 * 1024,
+    extra: JobTypes | None = None,
+) -> JobsService:
+    reg = build_registry(diag_enabled=True, extra=extra)
     return JobsService(pool=pool, registry=reg, enqueuer=Enqueuer(reg, payload_limit_bytes=limit))
 
 
@@ -163,8 +168,15 @@ def stop_worker(process: subprocess.Popen[str], *, sig: int = signal.SIGTERM) ->
 def worker_processes(dsn: str, count: int, *args: str, **env: str) -> Iterator[list[Any]]:
     processes = [start_worker(dsn, *args, **env) for _ in range(count)]
     try:
+
+        def started() -> bool:
+            exited = [p for p in processes if p.poll() is not None]
+            if exited:  # a worker that stopped at startup will never listen
+                raise AssertionError(f"a worker exited at startup: {stop_worker(exited[0])}")
+            return listening_workers(dsn) >= count
+
         wait_until(
-            lambda: listening_workers(dsn) >= count,
+            started,
             timeout_s=60,
             what=f"{count} workers to start (their LISTEN connections)",
         )
@@ -195,14 +207,17 @@ def query(dsn: str, sql: str, *params: Any) -> list[dict[str, Any]]:
         return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
 
 
-def enqueue_sync(dsn: str, requests: list[EnqueueRequest]) -> list[Enqueued]:
-    """Enqueue through the real service from a sync test (bulk, one transaction)."""
+def enqueue_sync(
+    dsn: str, requests: list[EnqueueRequest], *, extra: JobTypes | None = None
+) -> list[Enqueued]:
+    """Enqueue through the real service from a sync test (bulk, one transaction); `extra`:
+    the job types of the app the workers load (`--app`)."""
 
     async def run() -> list[Enqueued]:
         pool = await open_pool(dsn, min_size=1, max_size=2)
         try:
             async with pool.connection() as conn, conn.transaction():
-                return await service(pool).enqueue_many(requests, conn=conn)
+                return await service(pool, extra=extra).enqueue_many(requests, conn=conn)
         finally:
             await pool.close()
 

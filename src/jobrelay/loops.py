@@ -77,7 +77,8 @@ class Backoff:
 
 
 # Background loops retry quickly then settle at one attempt a second, so they resume within
-# a second of a dependency's return (DESIGN.md, production principles).
+# a second of a dependency's return (the recovery times docs/deploy.md states under network
+# partitions and failovers).
 LOOP_BACKOFF = Backoff(base_s=0.05, cap_s=1.0)
 
 

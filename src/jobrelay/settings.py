@@ -296,6 +296,16 @@ class ApiSettings(_Group):
         description="How long an API request waits for a database connection before it "
         "answers 503 with Retry-After (a database outage is never a hang).",
     )
+    lock_timeout_s: float = Field(
+        validation_alias="api_lock_timeout_s",
+        default=0.3,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long a statement of a request's transaction waits for a row another "
+        "transaction holds (a webhook's child or batch item, a cancelled job or its parent); "
+        "past it the request answers 503 row-locked with Retry-After and stores nothing, "
+        "instead of hanging.",
+    )
     metrics_token: SecretStr | None = Field(
         validation_alias="api_metrics_token",
         default=None,
@@ -619,6 +629,15 @@ class RelaySettings(_Group):
         "in time is an outage of the queue endpoint (its items are given back uncounted and "
         "the relay's circuit opens), not a failed attempt.",
     )
+    lock_timeout_s: float = Field(
+        validation_alias="relay_lock_timeout_s",
+        default=0.3,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long a relay's write waits for a lock another transaction holds "
+        "(beyond the items and batches it skips when locked); past it the rows are left for "
+        "the next round, never failed and never charged an attempt.",
+    )
     claim_size: int = Field(
         validation_alias="relay_claim_size",
         default=100,
@@ -898,6 +917,8 @@ class WorkerOptions(TypedDict):
     prefetch: int
     fair_claims: bool
     hold_slot_until_recorded: bool
+    lock_timeout_s: float
+    result_limit_bytes: int
 
 
 class WorkerSettings(_Group):
@@ -966,6 +987,23 @@ class WorkerSettings(_Group):
         description="Rotate claims across the fairness keys of a class (false: strict "
         "priority and arrival order).",
     )
+    lock_timeout_s: float = Field(
+        validation_alias="worker_lock_timeout_s",
+        default=0.3,
+        gt=0,
+        allow_inf_nan=False,
+        description="Longest a worker's transaction waits for a lock it does not take with "
+        "SKIP LOCKED (a handler's fenced outputs, say); rows of running jobs and their "
+        "parents are never waited for: a locked one is deferred and written when free.",
+    )
+    result_limit_bytes: int = Field(
+        validation_alias="worker_result_limit_bytes",
+        default=1024 * 1024,
+        ge=1,
+        description="Largest job result a worker stores (UTF-8 bytes of JSON); a larger "
+        "one, or one PostgreSQL cannot store (a NUL character, a lone surrogate), fails the "
+        "job permanently, naming why.",
+    )
 
     @field_validator("slots")
     @classmethod
@@ -980,6 +1018,8 @@ class WorkerSettings(_Group):
             prefetch=self.prefetch,
             fair_claims=self.fair_claims,
             hold_slot_until_recorded=self.hold_slot_until_recorded,
+            lock_timeout_s=self.lock_timeout_s,
+            result_limit_bytes=self.result_limit_bytes,
         )
 
 

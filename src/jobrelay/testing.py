@@ -188,10 +188,13 @@ class JobRunner:
             return [Job.from_row(row) for row in await cursor.fetchall()]
 
     async def _runnable(self) -> int:
+        # clock_timestamp(), not now(): now() is the transaction's start, taken before this
+        # statement's snapshot, so a retry committed in between (available at its own
+        # clock_timestamp()) would look "later" and end the drain with the job pending.
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT count(*) AS n FROM jobs WHERE status = 'in_progress'"
-                " OR (status = 'pending' AND role <> 'parent' AND available_at <= now())"
+                "SELECT count(*) AS n FROM jobs WHERE status = 'in_progress' OR (status ="
+                " 'pending' AND role <> 'parent' AND available_at <= clock_timestamp())"
             )
             row = await cursor.fetchone()
         return int(str(row["n"])) if row else 0

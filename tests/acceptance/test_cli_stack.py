@@ -52,6 +52,7 @@ def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> str:
     return output
 
 
+@pytest.mark.own_server
 def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     port = free_port()
     server = EmbeddedPostgres(tmp_path / "pgdata")
@@ -88,6 +89,7 @@ def test_up_twice_serves_health_and_keeps_the_data(tmp_path: Path) -> None:
     assert server.running_pid() is None
 
 
+@pytest.mark.long
 def test_one_shot_commands_find_a_running_up_on_its_own_port(tmp_path: Path) -> None:
     port = free_port()
     up = _start_up(tmp_path, port)
@@ -131,6 +133,7 @@ def test_one_shot_commands_find_a_running_up_on_its_own_port(tmp_path: Path) -> 
     assert not (tmp_path / "up.json").exists(), "`up` removes its record on exit"
 
 
+@pytest.mark.own_server
 def test_a_command_that_starts_an_embedded_server_says_so(tmp_path: Path) -> None:
     # No `up` for this data directory: the command still works, and says whose server it
     # started, instead of writing silently to a database the stack never sees.
@@ -140,6 +143,7 @@ def test_a_command_that_starts_an_embedded_server_says_so(tmp_path: Path) -> Non
     assert f"no `jobrelay up` runs for the data directory {tmp_path}" in listed.stderr
 
 
+@pytest.mark.own_server
 def test_unreachable_database_url_is_one_clear_message() -> None:
     result = run_cli("migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/jobs")
     assert result.returncode == 2
@@ -148,6 +152,7 @@ def test_unreachable_database_url_is_one_clear_message() -> None:
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.own_server
 def test_malformed_database_url_is_one_clear_message() -> None:
     result = run_cli("migrate", DATABASE_URL="not a url at all")
     assert result.returncode == 2
@@ -156,6 +161,7 @@ def test_malformed_database_url_is_one_clear_message() -> None:
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.own_server
 def test_busy_port_is_one_clear_message(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -170,6 +176,7 @@ def test_busy_port_is_one_clear_message(tmp_path: Path) -> None:
     assert not (tmp_path / "pgdata").exists(), "nothing may start before the port check"
 
 
+@pytest.mark.own_server
 def test_data_directory_of_another_server_is_one_clear_message(tmp_path: Path) -> None:
     other = EmbeddedPostgres(tmp_path / "pgdata")
     other.start()
@@ -212,6 +219,7 @@ def test_migrate_brings_an_empty_database_to_head(empty_db_dsn: str) -> None:
     assert match is not None and match.group(1) == match.group(2), result.stdout
 
 
+@pytest.mark.own_server
 def test_up_starts_its_embedded_postgres_again_when_it_dies(tmp_path: Path) -> None:
     port = free_port()
     server = EmbeddedPostgres(tmp_path / "pgdata")
@@ -238,6 +246,7 @@ def test_up_starts_its_embedded_postgres_again_when_it_dies(tmp_path: Path) -> N
     assert server.running_pid() is None
 
 
+@pytest.mark.own_server
 def test_the_runbooks_restart_commands_work_as_written(tmp_path: Path) -> None:
     """The runbook takes the `pg_ctl` command line from `jobrelay doctor` and stops and
     starts the embedded server with it; a plain start comes back on the stack's socket."""
@@ -274,6 +283,7 @@ def _as_another_user() -> tuple[list[str], dict[str, str]] | None:
     return command, cli_env(PYTHONPATH=path, HOME="/nonexistent", DATABASE_URL=None)
 
 
+@pytest.mark.own_server
 def test_a_data_directory_of_another_user_is_one_line(tmp_path: Path) -> None:
     other = _as_another_user()
     if other is None:
@@ -299,6 +309,7 @@ def test_a_data_directory_of_another_user_is_one_line(tmp_path: Path) -> None:
         assert "closed to user nobody" in line and "JOBRELAY_DATA_DIR" in line, line
 
 
+@pytest.mark.own_server
 @pytest.mark.parametrize("command", ["up", "api"])
 def test_an_app_that_does_not_load_stops_before_anything_starts(
     tmp_path: Path, command: str

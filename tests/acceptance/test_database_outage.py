@@ -83,7 +83,7 @@ def _accepting(dsn: str) -> psycopg.Connection[dict[str, object]] | None:
         return None
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_database_crash_under_load_is_503s_then_everything_resumes(
     tmp_path: Path, emulator_url: str, aws_resources: AwsTestResources
 ) -> None:

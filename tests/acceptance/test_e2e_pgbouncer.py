@@ -22,7 +22,7 @@ from tests.acceptance.test_e2e_stack import (
 from tests.e2e_support import page_server, running_stack, tenant, token
 from tests.harness import AwsTestResources, PgBouncer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long
 
 
 def test_batch_and_code2wf_end_to_end_through_pgbouncer_transaction_pooling(

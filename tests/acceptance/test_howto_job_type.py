@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
@@ -151,6 +152,7 @@ def _console_lists(project: Project, job_ids: list[str]) -> None:
         assert job_id in page.text, f"job {job_id} not on the console's jobs page"
 
 
+@pytest.mark.long
 def test_the_how_to_runs_as_written_from_a_package_outside_the_repository(
     tmp_path: Path,
 ) -> None:

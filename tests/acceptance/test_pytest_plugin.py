@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The plugin starts its own embedded server: the version under test never reaches it.
+pytestmark = pytest.mark.own_server
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -21,7 +21,7 @@ from tests.e2e_support import Stack, page_server, running_stack, tenant, token
 from tests.harness import AwsTestResources, run_cli, wait_until
 from tests.tracing_support import Collected, Spans, otlp_receiver
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long
 
 ITEMS = 3
 

@@ -24,6 +24,7 @@ def _run(*command: str, cwd: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.own_server
 def test_a_client_written_from_the_docs_type_checks_on_the_generated_types(
     tmp_path: Path,
 ) -> None:

@@ -1,7 +1,8 @@
 """A running job's failure and an operator's cancel race on two connections: whichever
 commits first ends the attempt, the other changes nothing, and `job_attempts` holds exactly
 one row for the attempt, from the winner (the cancel statement locks the row and re-reads
-its status and token before recording)."""
+its status and token before recording; the worker's failure does not wait for a row the
+cancel locks, it is deferred and then finds the claim gone)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs import FailureKind, LeaseLost
+from jobrelay.domain.jobs import FailureKind, LeaseLost, RowLocked
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.enqueue import EnqueueRequest
@@ -49,19 +50,19 @@ async def test_fail_and_cancel_record_one_attempt(pool: Pool, db_dsn: str, first
         if first == "fail":
             await claims.fail(holder, claimed, kind=FailureKind.PERMANENT, error="boom")
             racing = asyncio.create_task(claims.cancel(other, job_id))
+            await eventually(lambda: _blocked_on_lock(pool), what="the cancel waiting")
+            assert not racing.done()
         else:
             assert await claims.cancel(holder, job_id) is not None
-            racing = asyncio.create_task(
-                claims.fail(other, claimed, kind=FailureKind.PERMANENT, error="boom")
-            )
-        await eventually(lambda: _blocked_on_lock(pool), what="the second writer waiting")
-        assert not racing.done()
+            # A worker's failure never waits for the row: it is deferred, nothing written.
+            with pytest.raises(RowLocked):
+                await claims.fail(other, claimed, kind=FailureKind.PERMANENT, error="boom")
         await tx.__aexit__(None, None, None)
         if first == "fail":
             assert await racing is None  # the job was no longer active
         else:
-            with pytest.raises(LeaseLost):
-                await racing
+            with pytest.raises(LeaseLost):  # tried again once the cancel committed
+                await claims.fail(other, claimed, kind=FailureKind.PERMANENT, error="boom")
     finally:
         await holder.close()
         await other.close()

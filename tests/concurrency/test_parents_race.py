@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -15,10 +14,10 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.jobs import FailureKind, RowLocked
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
-from jobrelay.jobs.claims import Done, Settled
+from jobrelay.jobs.claims import Completion, Done
 from jobrelay.jobs.maintenance import ParentReconciler
 from tests.jobs_support import eventually, fetch, row, service
 
@@ -60,31 +59,18 @@ async def test_two_children_finishing_together_end_the_parent_exactly_once(
     parent, _ = await _parent_with_items(pool, 2)
     async with pool.connection() as conn:
         first, second = await claims.claim(conn, QueueLimits(lease_s=60, total=2), worker_id="w")
-    release = asyncio.Event()
-    a_written = asyncio.Event()
     conn_a = await psycopg.AsyncConnection.connect(db_dsn, row_factory=dict_row)
     conn_b = await psycopg.AsyncConnection.connect(db_dsn, row_factory=dict_row)
-
-    async def finish(conn: Any, job: Any, written: asyncio.Event | None) -> Settled:
-        async with conn.transaction():  # held open until `release`
-            settled = await claims.settle_many(conn, [Done(job)])
-            if written is not None:
-                written.set()
-            await release.wait()
-        return settled
-
     try:
-        a = asyncio.create_task(finish(conn_a, first, a_written))
-        await a_written.wait()
-        b = asyncio.create_task(finish(conn_b, second, None))
-        # B is inside its transaction, blocked on the parent row A locked.
-        await eventually(
-            lambda: _waiting_on_lock(pool, conn_b.info.backend_pid),
-            what="the second child's transaction to wait for the parent lock",
-        )
-        assert (await row(pool, parent))["status"] == "pending"
-        release.set()  # both transactions go on together
-        settled_a, settled_b = await asyncio.gather(a, b)
+        async with conn_a.transaction():  # A holds the parent row until it commits
+            settled_a = await claims.settle_many(conn_a, [Done(first)])
+            # B does not wait for the parent A locked: its completion is deferred, nothing
+            # of it written, so it cannot miss A's.
+            deferred = await claims.settle_many(conn_b, [Done(second)])
+            assert deferred.statuses == {second.id: Completion.DEFERRED}
+            assert (await row(pool, second.id))["status"] == "in_progress"
+            assert (await row(pool, parent))["status"] == "pending"
+        settled_b = await claims.settle_many(conn_b, [Done(second)])  # the next flush
     finally:
         await conn_a.close()
         await conn_b.close()
@@ -100,17 +86,27 @@ async def test_a_failing_and_a_completing_child_at_once_fail_the_parent(pool: Po
     async with pool.connection() as conn:
         first, second = await claims.claim(conn, QueueLimits(lease_s=60, total=2), worker_id="w")
 
-    async def complete() -> Settled:
-        async with pool.connection() as conn:
-            return await claims.settle_many(conn, [Done(first)])
+    async def complete() -> dict[uuid.UUID, str]:
+        # As the completer does: a completion deferred by the sibling's lock goes again.
+        while True:
+            async with pool.connection() as conn:
+                settled = await claims.settle_many(conn, [Done(first)])
+            if settled.statuses[first.id] is not Completion.DEFERRED:
+                return settled.parents_ended
+            await asyncio.sleep(0.01)
 
     async def fail() -> dict[uuid.UUID, str]:
-        async with pool.connection() as conn:
-            return await claims.fail(conn, second, kind=FailureKind.PERMANENT, error="boom")
+        # As the executor does: a failure whose parent is locked is tried again.
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    return await claims.fail(conn, second, kind=FailureKind.PERMANENT, error="boom")
+            except RowLocked:
+                await asyncio.sleep(0.01)
 
-    settled, failed = await asyncio.gather(complete(), fail())
-    assert {**settled.parents_ended, **failed} == {parent: "failed"}
-    assert len(settled.parents_ended) + len(failed) == 1
+    completed, failed = await asyncio.gather(complete(), fail())
+    assert {**completed, **failed} == {parent: "failed"}
+    assert len(completed) + len(failed) == 1
     ended = await row(pool, parent)
     assert ended["result"] == {"total": 2, "completed": 1, "failed": 1, "cancelled": 0}
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.batches import outbox
 from jobrelay.batches.counts import batch_counts, recount_batch
 from jobrelay.batches.creation import BatchLimits
 from jobrelay.batches.outbox import fail_children
@@ -143,22 +144,12 @@ class Writer:
                             },
                         )
                     ).fetchall()
-                    await fail_children(conn, rows, actor="relay")
+                    await fail_children(conn, [r for r in rows if r["changed"]], actor="relay")
 
         await retry_on_deadlock(record)
 
     async def sweep(self) -> None:
-        async def work() -> None:
-            async with transaction(self.pool) as conn:
-                rows = await (
-                    await conn.execute(
-                        _SQL.sweep_expired,
-                        {"max_attempts": 3, "limit": 50, "error": "expired", "actor": "relay"},
-                    )
-                ).fetchall()
-                await fail_children(conn, rows, actor="relay")
-
-        await retry_on_deadlock(work)
+        await outbox.sweep_expired(self.pool, actor="relay", limit=50, lock_timeout_s=5.0)
 
     async def webhooks(self) -> None:
         """Outcomes for a few children of one batch, one transaction each, some twice."""

@@ -130,3 +130,21 @@ async def test_a_job_behind_the_floor_is_claimed_after_the_refresh_it_asks_for(
         current = await floors.refresh(conn, ["default"])
         [job] = await claims.claim(conn, LIMITS, worker_id="w1", floors=current)
     assert job.payload == {"late": True}
+
+
+async def test_a_job_due_now_is_not_behind_a_floor_set_by_a_job_due_later(pool: Pool) -> None:
+    # The only pending jobs of the class are due later (a waiting batch parent, a runAt in
+    # an hour) while the rest of the class runs: a floor at their available_at would hide
+    # every job that becomes due before it (a retry with no backoff, a new enqueue) until
+    # the next full refresh. The floor never passes the database's clock.
+    floors = ClaimFloors(refresh_s=0.0, full_refresh_s=3600.0)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {"later": True}, run_at=later))
+    async with pool.connection() as conn:
+        current = await floors.refresh(conn, ["default"])
+        assert current["default"] < datetime.now(UTC), current
+    await service(pool).enqueue(EnqueueRequest("diag.noop", {"now": True}))
+    async with pool.connection() as conn:
+        current = await floors.refresh(conn, ["default"])
+        [job] = await claims.claim(conn, LIMITS, worker_id="w1", floors=current)
+    assert job.payload == {"now": True}

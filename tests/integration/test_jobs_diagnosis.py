@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
@@ -274,3 +275,53 @@ async def test_superseded_by_duplicate_reconciliation_names_the_survivor(pool: P
 async def test_unknown_job_is_not_found(pool: Pool) -> None:
     with pytest.raises(NotFound, match="not found"):
         await _why(pool, uuid.uuid4())
+
+
+async def _holding(dsn: str, job_id: uuid.UUID, mode: str, app: str) -> psycopg.AsyncConnection:
+    """Another session holding `FOR <mode>` on the job's row (idle in transaction)."""
+    conn = await psycopg.AsyncConnection.connect(dsn, application_name=app)
+    await conn.execute(f"SELECT 1 FROM jobs WHERE id = %s FOR {mode}", (job_id,))  # type: ignore[arg-type]
+    return conn
+
+
+async def test_a_row_locked_by_another_session_names_its_pid_application_and_state(
+    pool: Pool, db_dsn: str
+) -> None:
+    """Issue 40: the session holding the row is named, one locker (the row's xmax) or
+    several (a MultiXact, with their modes); the lock gone, the answer is the usual one."""
+    await _live_worker(pool)
+    running = await _enqueue(pool)
+    [_job] = await _claim(pool)
+    holder = await _holding(db_dsn, running, "KEY SHARE", "psql-report")
+    try:
+        why = await _why(pool, running)
+        assert (why.reason, why.also) == (Reason.ROW_LOCKED, (Reason.RUNNING,)), why
+        [locker] = why.row_locked_by
+        assert locker.pid == holder.info.backend_pid and locker.application == "psql-report"
+        assert locker.state == "idle in transaction"
+        assert (
+            f"row locked by pid {holder.info.backend_pid} (psql-report, idle in transaction, since"
+            in why.message
+        )
+        second = await _holding(db_dsn, running, "KEY SHARE", "second-report")
+        try:
+            both = (await _why(pool, running)).row_locked_by
+            assert {(x.pid, x.mode) for x in both} == {
+                (holder.info.backend_pid, "keysh"),
+                (second.info.backend_pid, "keysh"),
+            }, both
+        finally:
+            await second.close()
+    finally:
+        await holder.close()
+    why = await _why(pool, running)
+    assert (why.reason, why.row_locked_by) == (Reason.RUNNING, ())
+
+    pending = await _enqueue(pool)
+    holder = await _holding(db_dsn, pending, "UPDATE", "operator")
+    try:
+        why = await _why(pool, pending)
+        assert why.reason is Reason.ROW_LOCKED and "a claim skips the row" in why.message, why
+    finally:
+        await holder.close()
+    assert (await _why(pool, pending)).reason is Reason.CLAIMABLE

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobrelay.domain.batch_status import (
+    BATCH_STATUS_NAMES,
+    CHILD_STATUS_NAMES,
     BatchCounts,
     BatchStatus,
     ChildStatus,
@@ -61,3 +63,9 @@ def test_item_state(
 )
 def test_batch_status(cancelled: bool, states: list[ItemState], expected: BatchStatus) -> None:
     assert batch_status(cancelled=cancelled, counts=BatchCounts.of(states)) is expected
+
+
+def test_status_words_are_the_ones_the_console_and_the_cli_show() -> None:
+    words = {"0": "processing", "1": "completed", "2": "failed", "3": "cancelled"}
+    assert dict(CHILD_STATUS_NAMES) == words
+    assert dict(BATCH_STATUS_NAMES) == words

@@ -158,6 +158,7 @@ def test_each_part_builds_its_config_from_its_group(monkeypatch: pytest.MonkeyPa
     settings = load_settings()
     relay = RelayConfig.from_settings(settings.relay, settings.sqs)
     assert (relay.weights, relay.message_limit_bytes) == (((42, 2.0),), 4096)
+    assert relay.lock_timeout_s == settings.relay.lock_timeout_s == 0.3
     limits = BatchLimits.from_settings(settings.batches, settings.sqs)
     assert (limits.max_items, limits.message_limit_bytes) == (3, 4096)
     config = worker_config(settings, jobs_registry(settings))

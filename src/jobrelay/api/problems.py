@@ -8,6 +8,7 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg import errors as pg_errors
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -20,6 +21,7 @@ from jobrelay.domain.errors import (
     Paused,
     Unauthenticated,
 )
+from jobrelay.domain.jobs import RowLocked
 
 PROBLEM_JSON = "application/problem+json"
 # Seconds a client should wait before trying again while the database is unreachable.
@@ -29,6 +31,9 @@ DATABASE_RETRY_AFTER_S = 1
 # running out, and jobrelay's own "cannot connect" at the edge.
 DATABASE_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, DatabaseUnavailable)
 PROBLEM_BASE = "https://jobrelay.dev/problems/"
+# Seconds a client should wait before trying a write again whose row another transaction
+# held past the lock timeout (most such locks are another short transaction's).
+ROW_LOCKED_RETRY_AFTER_S = 1
 
 
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:
@@ -130,6 +135,23 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     for error in DATABASE_DOWN:
         app.add_exception_handler(error, _database_down)
+
+    # A LockNotAvailable is an OperationalError, but the database is up: its own answer (the
+    # most specific handler wins). Raised only by transactions that bound their lock waits.
+    async def _row_locked(_: Request, exc: Exception) -> JSONResponse:
+        response = problem(
+            503,
+            "row-locked",
+            "Service unavailable",
+            "a row this request needs is locked by another transaction; nothing was stored, retry",
+        )
+        response.headers["Retry-After"] = str(ROW_LOCKED_RETRY_AFTER_S)
+        return response
+
+    # RowLocked: a write that skipped a locked row rather than wait (a cancel whose parent
+    # another transaction holds); the same answer as a lock wait that timed out.
+    app.add_exception_handler(pg_errors.LockNotAvailable, _row_locked)
+    app.add_exception_handler(RowLocked, _row_locked)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""Authentication and tenancy (DESIGN.md section 6).
+"""Authentication and tenancy (docs/explanation/design.md, the API's conventions).
 
 - `tokens`: Cognito-style JWT verification (RS256 from a JWKS, issuer, client id, token_use,
   exp/nbf/iat). One code path for Amazon Cognito and the local issuer; settings differ.

@@ -1,1 +1,1 @@
-"""Batch outbox and relay (DESIGN.md section 4): creation, cancel, relay, derived status."""
+"""Batch outbox and relay (docs/explanation/batches.md): creation, cancel, relay, derived status."""

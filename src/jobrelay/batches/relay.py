@@ -6,9 +6,10 @@ The relay is the pump: its loop, the chunks of a pass, the sends through a
 
 Contract (DESIGN.md section 4, seed 000):
 - A claim is one statement: due items (not dispatched, not cancelled, not failed, not
-  deleted, lease free or expired, fewer than three attempts) are locked with `FOR UPDATE SKIP
-  LOCKED`, leased for `lease_s` (90 s) and their `dispatch_attempts` incremented; the claim
-  commits before anything is sent. Any number of relays run side by side.
+  deleted, lease free or expired, fewer than three attempts) are locked with `FOR NO KEY
+  UPDATE SKIP LOCKED`, leased for `lease_s` (90 s) and their `dispatch_attempts`
+  incremented; the claim commits before anything is sent. Any number of relays run side
+  by side.
 - Claimed items are sent with `SendMessageBatch` (at most 10 entries and the queue's byte
   limit per call, several calls in flight). Each entry succeeds or fails on its own.
 - The body is the stored `message` exactly as PostgreSQL renders it, so every delivery of an
@@ -20,6 +21,11 @@ Contract (DESIGN.md section 4, seed 000):
   lease was taken over records nothing. Failed entries become due again after a delay; a
   failure on the third attempt sets `error_message` and fails the child ('2'). A sweep fails
   items whose third claim expired without a recorded send.
+- No write waits unboundedly for a lock (issue 40): an outcome whose item (or batch, or
+  child) another transaction holds is deferred, kept by the relay and written with a later
+  pass, once, by the attempt guards; the rest of the pass is recorded at once. A lock never
+  fails an item or counts an attempt (`lock_timeout_s` bounds every other wait;
+  `jobrelay_relay_rows_deferred_total` counts the rows held back).
 - Delivery is at least once: a relay that dies after SQS accepted a message and before the
   record leaves the item to be sent again when its lease expires. Workers and the webhook
   are idempotent on the child id.
@@ -54,6 +60,7 @@ from dataclasses import dataclass, field
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import tracing
@@ -61,7 +68,7 @@ from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage, Que
 from jobrelay.batches import outbox
 from jobrelay.batches.circuit import Circuit
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits
+from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits, Outcomes
 from jobrelay.batches.verify import verify_sample
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
@@ -112,6 +119,19 @@ class RelayMetrics:
             "Claimed items given back uncounted because the queue was unreachable",
             registry=r,
         )
+        self.rows_deferred = Counter(
+            "jobrelay_relay_rows_deferred",
+            "Row writes left for a later round because another transaction held a lock they "
+            "need (counted each round they wait)",
+            ["write"],
+            registry=r,
+        )
+        self.rows_unstorable = Counter(
+            "jobrelay_relay_rows_unstorable",
+            "Final failures whose reason PostgreSQL refused (split out of their batch and "
+            "failed with a reason saying so)",
+            registry=r,
+        )
         self.circuit_open = Gauge(
             "jobrelay_relay_circuit_open",
             "1 while the relay's circuit on the queue endpoint is open",
@@ -142,6 +162,7 @@ class RelayConfig:
     window_poll_s: float = 0.05
     verify_interval_s: float = 60.0
     verify_sample: int = 5
+    lock_timeout_s: float = 0.3
 
     @property
     def claim_limits(self) -> ClaimLimits:
@@ -176,6 +197,8 @@ class RelayConfig:
             raise ValueError(f"in_flight_expiry_s must be positive, got {self.in_flight_expiry_s}")
         if self.window_poll_s <= 0:
             raise ValueError(f"window_poll_s must be positive, got {self.window_poll_s}")
+        if not self.lock_timeout_s > 0:
+            raise ValueError(f"lock_timeout_s must be positive, got {self.lock_timeout_s}")
 
     @classmethod
     def from_settings(cls, relay: RelaySettings, sqs: SqsSettings) -> RelayConfig:
@@ -193,6 +216,7 @@ class RelayConfig:
             weights=relay.organization_weights(),
             in_flight_expiry_s=relay.in_flight_expiry_s,
             window_poll_s=relay.window_poll_s,
+            lock_timeout_s=relay.lock_timeout_s,
         )
 
 
@@ -208,6 +232,8 @@ class PassResult:
     """Organizations with waiting items that were at their window when this pass claimed."""
     given_back: int = 0
     """Items not sent because the queue was unreachable, given back uncounted."""
+    deferred: int = 0
+    """Outcomes (of this pass or earlier ones) left for a later round by a lock."""
 
 
 def message_bytes(message: OutgoingMessage) -> int:
@@ -260,6 +286,8 @@ class Relay:
         self._in_flight = asyncio.Semaphore(self._config.max_in_flight)
         self._wakeup = asyncio.Event()
         self._generation = 0
+        # Outcomes a lock held back, written with the next pass's (or on the next poll).
+        self._deferred = Outcomes()
         # Workers' passes share one health: a database or SQS outage is one line when the
         # passes start failing and one when they succeed again, however many workers run.
         self._passes = Health("relay-pass", backoff=LOOP_BACKOFF)
@@ -296,7 +324,8 @@ class Relay:
         claim = await outbox.claim(self._pool, limits, actor=self._actor)
         self.metrics.claimed.inc(len(claim.messages))
         if not claim.messages:
-            return PassResult(held_back=claim.held_back)
+            deferred = await self.flush_deferred() if self._deferred else 0
+            return PassResult(held_back=claim.held_back, deferred=deferred)
         claimed_at = time.monotonic()
         timeout_s = (
             min(self._config.probe_timeout_s, self._config.send_timeout_s)
@@ -323,13 +352,13 @@ class Relay:
                     sent.append(message)
         retry = [(m, e) for m, e in failures if _attempt(m) < MAX_DISPATCH_ATTEMPTS]
         final = [(m, e) for m, e in failures if _attempt(m) >= MAX_DISPATCH_ATTEMPTS]
-        recorded = await outbox.record(
-            self._pool,
-            sent=sent,
-            retry=[(m, self._config.retry_delay_s * _attempt(m)) for m, _ in retry],
-            final=final,
-            given_back=given_back,
-            actor=self._actor,
+        recorded = await self._record(
+            Outcomes(
+                sent=tuple(sent),
+                retry=tuple((m, self._config.retry_delay_s * _attempt(m)) for m, _ in retry),
+                final=tuple(final),
+                given_back=tuple(given_back),
+            )
         )
         if outage is not None:
             self.circuit.trip(outage)
@@ -341,8 +370,6 @@ class Relay:
             self.metrics.lost_claims.inc(recorded.lost)
         self.metrics.sent.inc(len(sent))
         self.metrics.failed_attempts.inc(len(failures))
-        if recorded.failed:
-            self.metrics.terminal_failures.labels(reason="attempts").inc(recorded.failed)
         if failures:
             log.warning(
                 "relay.send_failed",
@@ -357,24 +384,85 @@ class Relay:
             failed=recorded.failed,
             held_back=claim.held_back,
             given_back=len(given_back),
+            deferred=len(recorded.deferred),
         )
+
+    async def flush_deferred(self) -> int:
+        """Write the outcomes a lock held back in earlier passes; returns how many are still
+        held back."""
+        return len((await self._record(Outcomes())).deferred)
+
+    async def _record(self, outcomes: Outcomes) -> outbox.Recorded:
+        """Record `outcomes` with every outcome still deferred, and keep what a lock holds
+        back now for the next round (the attempt guards make a late write apply once, or
+        not at all when the claim was taken over meanwhile)."""
+        pending, self._deferred = self._deferred, Outcomes()
+        todo = pending + outcomes
+        try:
+            recorded = await outbox.record(
+                self._pool,
+                sent=todo.sent,
+                retry=todo.retry,
+                final=todo.final,
+                given_back=todo.given_back,
+                actor=self._actor,
+                lock_timeout_s=self._config.lock_timeout_s,
+            )
+        except BaseException:
+            self._deferred = pending + self._deferred  # this pass's outcomes are lost as before
+            raise
+        self._deferred = self._deferred + recorded.deferred
+        self._count_deferred(recorded.deferred)
+        if recorded.failed:
+            self.metrics.terminal_failures.labels(reason="attempts").inc(recorded.failed)
+        if recorded.unstorable:
+            self.metrics.rows_unstorable.inc(recorded.unstorable)
+        return recorded
+
+    def _count_deferred(self, deferred: Outcomes) -> None:
+        for write, rows in (
+            ("sent", deferred.sent),
+            ("retry", deferred.retry),
+            ("final", deferred.final),
+            ("give_back", deferred.given_back),
+        ):
+            if rows:
+                self.metrics.rows_deferred.labels(write=write).inc(len(rows))
 
     async def sweep(self) -> int:
         """Fail items whose last allowed claim expired without a recorded send, and finish
         the cancels of large batches (`outbox.settle_cancels`)."""
-        cancelled = await outbox.settle_cancels(self._pool, actor=self._actor)
+        try:
+            cancelled = await outbox.settle_cancels(
+                self._pool, actor=self._actor, lock_timeout_s=self._config.lock_timeout_s
+            )
+        except pg_errors.LockNotAvailable:
+            # The rest of a cancel waits for children someone holds: the next sweep.
+            self.metrics.rows_deferred.labels(write="settle_cancel").inc()
+            cancelled = 0
         if cancelled:
             log.info("relay.settled_cancels", children=cancelled)
-        failed = await outbox.sweep_expired(self._pool, actor=self._actor)
-        if failed:
-            self.metrics.terminal_failures.labels(reason="lease_expired").inc(failed)
-            log.warning("relay.swept_expired", failed=failed)
-        return failed
+        swept = await outbox.sweep_expired(
+            self._pool, actor=self._actor, lock_timeout_s=self._config.lock_timeout_s
+        )
+        if swept.deferred:
+            self.metrics.rows_deferred.labels(write="sweep").inc(len(swept.deferred))
+        if swept.unstorable:
+            self.metrics.rows_unstorable.inc(swept.unstorable)
+        if swept.failed:
+            self.metrics.terminal_failures.labels(reason="lease_expired").inc(swept.failed)
+            log.warning("relay.swept_expired", failed=swept.failed)
+        return swept.failed
 
     async def verify_counts(self) -> int:
         """Verify the kept counts of a few batches picked at random and repair any drift
         (`jobrelay.batches.verify`); returns how many had drifted."""
-        drifts = await verify_sample(self._pool, size=self._config.verify_sample)
+        sample = await verify_sample(
+            self._pool, size=self._config.verify_sample, lock_timeout_s=self._config.lock_timeout_s
+        )
+        if sample.deferred:
+            self.metrics.rows_deferred.labels(write="count_correction").inc(sample.deferred)
+        drifts = sample.drifts
         for drift in drifts:
             self.metrics.count_drift.inc()
             log.warning(
@@ -464,7 +552,11 @@ class Relay:
         finally:
             for loop in background:
                 await loop.stop()
-            log.info("relay.stopped")
+            if self._deferred:
+                # One last try: an outcome left unwritten is sent again after its lease.
+                with contextlib.suppress(Exception):
+                    await self.flush_deferred()
+            log.info("relay.stopped", deferred=len(self._deferred))
 
     async def _worker(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -17,10 +17,11 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.batches.counts import COUNT_FIELDS, batch_counts, recount_batch
-from jobrelay.db.pool import Connection
+from jobrelay.db.pool import Connection, bound_lock_waits
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import BatchCounts
 
@@ -47,12 +48,22 @@ class Drift:
 
 
 async def verify(
-    pool: AsyncConnectionPool[Connection], batch_id: str, batch_type: str, *, repair: bool
+    pool: AsyncConnectionPool[Connection],
+    batch_id: str,
+    batch_type: str,
+    *,
+    repair: bool,
+    lock_timeout_s: float | None = None,
 ) -> Drift | None:
     """Compare one batch's kept counts with its recount in one snapshot; with `repair`,
-    correct a drift in the same transaction. None when they are equal."""
+    correct a drift in the same transaction. None when they are equal. With
+    `lock_timeout_s`, a correction whose batch row is held FOR UPDATE by another transaction
+    (its foreign key check waits on it) raises `psycopg.errors.LockNotAvailable` after that
+    long, and nothing is written."""
     async with pool.connection() as conn, conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        if lock_timeout_s is not None:
+            await bound_lock_waits(conn, lock_timeout_s)
         kept = await batch_counts(conn, batch_id, batch_type)
         recount = await recount_batch(conn, batch_id, batch_type)
         if kept == recount:
@@ -110,20 +121,39 @@ async def verify_all(
     return checked, drifts
 
 
-async def verify_sample(pool: AsyncConnectionPool[Connection], *, size: int) -> list[Drift]:
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What one `verify_sample` found: the drifts, and the batches whose correction waited
+    for a lock past the bound (`deferred`: left for a later sample)."""
+
+    drifts: list[Drift]
+    deferred: int = 0
+
+
+async def verify_sample(
+    pool: AsyncConnectionPool[Connection], *, size: int, lock_timeout_s: float | None = None
+) -> Sample:
     """Verify and repair `size` batches from a random point of the id space (wrapping to
-    the start): the periodic check that finds a drift within a few rounds."""
+    the start): the periodic check that finds a drift within a few rounds. A batch whose
+    correction would wait longer than `lock_timeout_s` for a lock is skipped this round."""
     start = str(uuid.uuid4())
     drifts: list[Drift] = []
+    deferred = 0
     seen = 0
     for after in (start, ""):
         async for found_id, batch_type in batches(pool, after=after, limit=size - seen):
             if after == "" and found_id > start:
-                return drifts
+                return Sample(drifts, deferred)
             seen += 1
-            drift = await verify(pool, found_id, batch_type, repair=True)
+            try:
+                drift = await verify(
+                    pool, found_id, batch_type, repair=True, lock_timeout_s=lock_timeout_s
+                )
+            except pg_errors.LockNotAvailable:
+                deferred += 1
+                continue
             if drift is not None:
                 drifts.append(drift)
         if seen >= size:
             break
-    return drifts
+    return Sample(drifts, deferred)

@@ -130,6 +130,7 @@ def jobs_service(
         ),
         failpoints=failpoints,
         global_caps=settings.jobs.class_caps(),
+        lock_timeout_s=settings.api.lock_timeout_s,
     )
 
 

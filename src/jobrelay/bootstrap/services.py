@@ -128,7 +128,9 @@ async def build_services(
             tenancy=tenancy,
             batches=BatchService(pool, BatchLimits.from_settings(settings.batches, settings.sqs)),
             children=ChildService(pool),
-            worker_webhooks=WorkerWebhooks(pool, webhook_verifier(settings)),
+            worker_webhooks=WorkerWebhooks(
+                pool, webhook_verifier(settings), lock_timeout_s=settings.api.lock_timeout_s
+            ),
             code2wf=Code2WfService(pool, jobs),
             console=ConsoleService(pool, jobs.global_caps),
             idempotency=IdempotentRequests(pool),

@@ -1,4 +1,5 @@
-"""CCIP batches: a parent, its dispatch job, one item per source (DESIGN.md 3, invariant 12).
+"""CCIP batches: a parent, its dispatch job, one item per source (a parent always ends:
+docs/explanation/state_machine.md, parents and children).
 
 * `ccip.batch {sourceIds[] | allSources}`: the parent. Enqueueing it stores it waiting
   (pending, never claimed) and its `ccip.dispatch` job, in one transaction.

@@ -1,4 +1,5 @@
-"""Deadlines on every network wait of a database connection (DESIGN.md, wave 3).
+"""Deadlines on every network wait of a database connection (docs/deploy.md, network
+partitions and failovers).
 
 A partition is a peer that stops answering without closing anything: packets are dropped,
 no RST, no FIN. Left to the kernel's defaults a connection then waits for a reply for about

@@ -15,8 +15,11 @@ from psycopg_pool.base import AttemptWithBackoff
 
 from jobrelay.db.errors import DatabaseUnavailable, PoolerMismatch, describe_dsn
 from jobrelay.db.network import deadline
+from jobrelay.db.sql import Queries
 
 Connection = psycopg.AsyncConnection[dict[str, object]]
+
+_SQL = Queries("jobrelay.db")
 
 # psycopg_pool retries a lost connection in the background with a delay that doubles from
 # 1 s (1, 2, 4, 8, ... s) while `reconnect_timeout` lasts: after an outage of half a minute
@@ -215,10 +218,27 @@ async def check_transaction_pooler(dsn: str, *, timeout_s: float = 5.0, rounds: 
 
 
 @asynccontextmanager
-async def transaction(pool: AsyncConnectionPool[Connection]) -> AsyncIterator[Connection]:
-    """Borrow a connection and run the block in one transaction (commit, or roll back)."""
+async def transaction(
+    pool: AsyncConnectionPool[Connection], *, lock_timeout_s: float | None = None
+) -> AsyncIterator[Connection]:
+    """Borrow a connection and run the block in one transaction (commit, or roll back).
+
+    `lock_timeout_s`: no statement of the block waits longer than that for another
+    transaction's lock (`bound_lock_waits`); it fails with `psycopg.errors.LockNotAvailable`.
+    """
     async with pool.connection() as conn, conn.transaction():
+        if lock_timeout_s is not None:
+            await bound_lock_waits(conn, lock_timeout_s)
         yield conn
+
+
+async def bound_lock_waits(conn: Connection, timeout_s: float) -> None:
+    """Make every later statement of the current transaction wait at most `timeout_s` for a
+    lock (then `psycopg.errors.LockNotAvailable`, SQLSTATE 55P03). Transaction-local, so it
+    never leaks to the next borrower, nor through a transaction pooler to another client."""
+    if not timeout_s > 0:
+        raise ValueError(f"a lock timeout must be positive, got {timeout_s}")
+    await conn.execute(_SQL.lock_timeout, {"timeout": f"{max(1, round(timeout_s * 1000))}ms"})
 
 
 @asynccontextmanager

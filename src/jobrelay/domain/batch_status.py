@@ -1,4 +1,5 @@
-"""Derived batch status (DESIGN.md section 4): pure functions, no stored counters.
+"""Derived batch status (docs/explanation/batches.md, derived status): pure functions, no
+stored counters.
 
 An item's state follows from its dispatch metadata (`batch_item`) and its child row
 (`page_import` / `code2des`). The batch status follows from the item states and whether the
@@ -24,9 +25,10 @@ attempts while the worker completes the child from the first message).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 MAX_DISPATCH_ATTEMPTS = 3
 """Seed 000: queue delivery is attempted up to three times with the same child id and body."""
@@ -39,6 +41,12 @@ class ChildStatus(StrEnum):
     COMPLETED = "1"
     FAILED = "2"
     CANCELLED = "3"
+
+
+CHILD_STATUS_NAMES: Mapping[str, str] = MappingProxyType(
+    {status.value: status.name.lower() for status in ChildStatus}
+)
+"""A child status code's word, as the console and the CLI show it (`'0'` is `processing`)."""
 
 
 class ItemState(StrEnum):
@@ -57,6 +65,11 @@ class BatchStatus(StrEnum):
     FAILED = "2"
     CANCELLED = "3"
 
+
+BATCH_STATUS_NAMES: Mapping[str, str] = MappingProxyType(
+    {status.value: status.name.lower() for status in BatchStatus}
+)
+"""A batch status code's word, as the console and the CLI show it."""
 
 TERMINAL_ITEM_STATES = frozenset({ItemState.COMPLETED, ItemState.FAILED, ItemState.CANCELLED})
 

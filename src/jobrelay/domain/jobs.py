@@ -1,4 +1,5 @@
-"""The job state machine and the values that travel through it (DESIGN.md section 3).
+"""The job state machine and the values that travel through it (docs/explanation/design.md,
+the jobs engine).
 
 Pure and stdlib-only. `docs/explanation/state_machine.md` draws the same machine; the
 transition table below is what the Hypothesis model in the tests checks the database against.
@@ -60,7 +61,8 @@ class EnqueueOutcome(StrEnum):
 
 
 class JobRole(StrEnum):
-    """How a job type takes part in parent/child work (DESIGN.md 3, invariant 12)."""
+    """How a job type takes part in parent/child work (a parent always ends:
+    docs/explanation/state_machine.md, parents and children)."""
 
     JOB = "job"  # an ordinary job: claimed and run by a worker
     PARENT = "parent"  # waits (pending, never claimed) until its children are terminal
@@ -144,5 +146,18 @@ class LeaseLost(Exception):
 
     def __init__(self, job_id: object, action: str) -> None:
         super().__init__(f"lease lost on job {job_id} ({action} matched no row)")
+        self.job_id = job_id
+        self.action = action
+
+
+class RowLocked(Exception):
+    """A write found its job's row (or the parent it must lock first) locked by another
+    transaction and did not wait: nothing was written; try again. A claimed job's claim
+    still holds meanwhile."""
+
+    def __init__(self, job_id: object, action: str) -> None:
+        super().__init__(
+            f"job {job_id}: {action} deferred, a row it needs is locked by another transaction"
+        )
         self.job_id = job_id
         self.action = action

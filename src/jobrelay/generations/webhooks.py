@@ -13,6 +13,11 @@ Order of checks, each with its own answer:
    unchanged; a child that already ended with the other outcome -> 409. Unknown child -> 404
    (not remembered, so a retry after the row exists is processed).
 
+5. No lock wait without a bound: the transaction waits at most `lock_timeout_s` for a row
+   another transaction holds (the child, its batch item, a concurrent delivery of the same
+   id); past it nothing is stored and the API answers 503 `row-locked` with Retry-After,
+   which the SQS workers retry like any 503.
+
 The endpoint never answers 410 (a Standard Webhooks sender disables the endpoint on 410).
 
 When tracing, each delivery is a `jobrelay.webhook.complete` span (inside the request's,
@@ -83,15 +88,20 @@ class WorkerWebhooks:
         pool: AsyncConnectionPool[Connection],
         verifier: WebhookVerifier,
         lifecycles: Mapping[str, ChildLifecycle] = LIFECYCLES,
+        *,
+        lock_timeout_s: float | None = None,
     ) -> None:
         self._pool = pool
         self._verifier = verifier
         self._lifecycles = lifecycles
+        self._lock_timeout_s = lock_timeout_s
 
     async def receive(self, headers: Mapping[str, str], body: bytes) -> WebhookAnswer:
         """Verify and apply one delivery; raises `Unauthorized`/`Malformed` (401/400),
         `InvalidInput` (400 here: a well-formed JSON body that is not an outcome),
-        `Conflict` (409: a known webhook-id with another body) or `NotFound` (404)."""
+        `Conflict` (409: a known webhook-id with another body), `NotFound` (404) or
+        `psycopg.errors.LockNotAvailable` (503 row-locked: a row it needs stayed locked by
+        another transaction past `lock_timeout_s`; nothing was stored)."""
         with tracing.span("jobrelay.webhook.complete"):
             answer = await self._receive(headers, body)
             tracing.annotate(
@@ -125,7 +135,7 @@ class WorkerWebhooks:
         if lifecycle is None:
             raise NotFound(f"no {outcome.kind} with id {outcome.id}")
         digest = hashlib.sha256(body).hexdigest()
-        async with transaction(self._pool) as conn:
+        async with transaction(self._pool, lock_timeout_s=self._lock_timeout_s) as conn:
             params = {"webhook_id": delivery.webhook_id, "body_sha256": digest}
             first = await (await conn.execute(_SQL.claim_delivery, params)).fetchone()
             if first is None:

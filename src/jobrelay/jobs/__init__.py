@@ -1,1 +1,2 @@
-"""Jobs engine (DESIGN.md section 3): registry, enqueue, claims, worker loop, reconciler."""
+"""Jobs engine: registry, enqueue, claims, worker loop, reconciler (the promises they keep:
+docs/explanation/design.md, "The jobs engine")."""

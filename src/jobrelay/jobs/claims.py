@@ -1,9 +1,16 @@
-"""Claim and the fenced writes of a claimed job (DESIGN.md section 3, invariants 4-7, 10-12).
+"""Claim and the fenced writes of a claimed job (docs/explanation/design.md, the jobs engine).
 
 Every function takes a connection and runs statements from `queries/`. Every write of a
 claimed job is a compare-and-set on id + status + claim token (completion also on the
 revision seen at claim time); a write that matches no row raises `LeaseLost`. Time is
 always the database's `clock_timestamp()`.
+
+No write of a claimed job waits for another transaction's lock: rows and parents are taken
+with SKIP LOCKED, and a job whose claim still matches but whose row is locked comes back
+`Completion.DEFERRED` (batched writes) or raises `RowLocked` (single writes); nothing of
+it was written and the caller tries again. Transactions opened here may also bound every
+other lock wait with `lock_timeout_s` (PostgreSQL's `lock_timeout`, local to the
+transaction, so it holds through a transaction pooler).
 
 Parents (invariant 12): a terminal write of a child (complete, fail, lease expiry, cancel)
 runs in one transaction that first locks the parent row (`lock_parents`), then writes the
@@ -18,7 +25,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,15 +36,18 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.db.pool import Connection
+from jobrelay.db.pool import Connection, bound_lock_waits
 from jobrelay.db.sql import Queries
-from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter
+from jobrelay.domain.jobs import FailureKind, LeaseLost, OutputWriter, RowLocked
 from jobrelay.domain.jobs_config import QueueLimits, Rate
+from jobrelay.domain.storable import storable_text
 from jobrelay.jobs import traces
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
 
 _QUERIES = Queries("jobrelay.jobs")
+# Characters of an error message kept on the job and its attempt.
+ERROR_MAX_CHARS = 4000
 # The unique indexes a claim may hit when another claimer won a race (see claim_jobs.sql).
 CLAIM_RACE_CONSTRAINTS = frozenset({"jobs_running_source_key", "jobs_running_class_slot"})
 
@@ -48,6 +58,20 @@ def _transaction(conn: Connection, *, needed: bool = True) -> AbstractAsyncConte
     if needed and conn.info.transaction_status == TransactionStatus.IDLE:
         return conn.transaction()
     return contextlib.nullcontext()
+
+
+@contextlib.asynccontextmanager
+async def bounded_transaction(
+    conn: Connection, *, needed: bool = True, lock_timeout_s: float | None = None
+) -> AsyncIterator[None]:
+    """`_transaction`, whose lock waits end after `lock_timeout_s` with
+    `psycopg.errors.LockNotAvailable` (None: PostgreSQL's own setting). Inside the caller's
+    transaction the caller's bound applies."""
+    opened = needed and conn.info.transaction_status == TransactionStatus.IDLE
+    async with _transaction(conn, needed=needed):
+        if opened and lock_timeout_s is not None:
+            await bound_lock_waits(conn, lock_timeout_s)
+        yield
 
 
 def is_claim_race(exc: BaseException) -> bool:
@@ -159,7 +183,8 @@ async def rate_budget(conn: Connection, rates: Mapping[str, Rate]) -> dict[str, 
 
 
 async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int:
-    """Extend the lease; returns the job's current revision. Raises `LeaseLost`."""
+    """Extend the lease (unless another transaction locks the row: then the claim is only
+    confirmed); returns the job's current revision. Raises `LeaseLost`."""
     cursor = await conn.execute(
         _QUERIES.heartbeat_job,
         {"id": job.id, "claim_token": job.claim_token, "lease_s": lease_s},
@@ -170,13 +195,22 @@ async def heartbeat(conn: Connection, job: ClaimedJob, *, lease_s: float) -> int
     return cast(int, row["revision"])
 
 
+@dataclass(frozen=True, slots=True)
+class Heartbeats:
+    """What one batched heartbeat found: the claim tokens still held, and among them
+    those whose rows another transaction locked (lease not extended this time)."""
+
+    held: frozenset[uuid.UUID]
+    busy: frozenset[uuid.UUID] = frozenset()
+
+
 async def heartbeat_many(
     conn: Connection, jobs: Sequence[ClaimedJob], *, lease_s: float
-) -> set[uuid.UUID]:
-    """Extend the leases of many jobs in one statement; returns the claim tokens still
-    held (the other claims lost their lease)."""
+) -> Heartbeats:
+    """Extend the leases of many jobs in one statement, never waiting for a row another
+    transaction locks; the claims not in `held` lost their lease."""
     if not jobs:
-        return set()
+        return Heartbeats(frozenset())
     cursor = await conn.execute(
         _QUERIES.heartbeat_jobs,
         {
@@ -185,21 +219,37 @@ async def heartbeat_many(
             "lease_s": lease_s,
         },
     )
-    return {cast(uuid.UUID, row["claim_token"]) for row in await cursor.fetchall()}
+    rows = await cursor.fetchall()
+    return Heartbeats(
+        held=frozenset(cast(uuid.UUID, r["claim_token"]) for r in rows),
+        busy=frozenset(cast(uuid.UUID, r["claim_token"]) for r in rows if r["busy"]),
+    )
 
 
 class Completion(StrEnum):
     COMPLETED = "completed"
     REQUEUED = "requeued"  # the revision changed while it ran: back to pending
+    FAILED = "failed"  # a `Done` with a failure: ended failed
     LOST = "lost"  # the claim no longer holds the job: nothing written
+    DEFERRED = "deferred"  # its row (or parent) is locked by another transaction: try again
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A terminal failure to record instead of a completion."""
+
+    kind: FailureKind
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """A finished job waiting to be recorded, with its JSON result (or None)."""
+    """A finished job waiting to be recorded: completed with its JSON result (or None), or,
+    with `failure`, ended failed (a result that cannot be stored, say)."""
 
     job: ClaimedJob
     result: Mapping[str, Any] | None = None
+    failure: Failure | None = None
 
 
 @dataclass(slots=True)
@@ -210,10 +260,13 @@ class Settled:
     parents_ended: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
-async def lock_parents(conn: Connection, parent_ids: Sequence[uuid.UUID]) -> None:
-    """Lock waiting parents (id order) before a child's terminal write; needs a transaction."""
-    if parent_ids:
-        await conn.execute(_QUERIES.lock_parents, {"ids": sorted(set(parent_ids))})
+async def lock_parents(conn: Connection, parent_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Lock waiting parents (id order) before a child's terminal write, skipping those
+    another transaction holds; returns the parents locked. Needs a transaction."""
+    if not parent_ids:
+        return []
+    cursor = await conn.execute(_QUERIES.lock_parents, {"ids": sorted(set(parent_ids))})
+    return [cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()]
 
 
 async def reconcile_parents(
@@ -236,57 +289,101 @@ async def settle_many(
     *,
     failpoints: Failpoints = NO_FAILPOINTS,
     outputs: OutputWriter | None = None,
+    lock_timeout_s: float | None = None,
 ) -> Settled:
-    """Complete many claimed jobs (one statement, plus one for changed revisions) and
-    reconcile the parents of those that completed, in one transaction.
+    """Record many claimed jobs' ends in one transaction: completions in one statement
+    (plus one for changed revisions), failures in another, then the parents of those that
+    ended are reconciled. A job whose row or parent another transaction locks is
+    `Completion.DEFERRED`: nothing of it is written.
 
     `outputs` (for a single job) runs after the completion matched and before the parent
-    is reconciled, so children it creates are counted.
+    is reconciled, so children it creates are counted. `lock_timeout_s` bounds any other
+    lock wait of the transaction (see `bounded_transaction`).
     """
     settled = Settled()
     if not done:
         return settled
     parents = [d.job.parent_id for d in done if d.job.parent_id is not None]
-    async with _transaction(conn, needed=bool(parents) or outputs is not None):
-        await lock_parents(conn, parents)
-        cursor = await conn.execute(
-            _QUERIES.complete_jobs,
-            {
-                "ids": [d.job.id for d in done],
-                "claim_tokens": [d.job.claim_token for d in done],
-                "revisions": [d.job.revision for d in done],
-                "results": [None if d.result is None else json.dumps(d.result) for d in done],
-            },
-        )
-        completed = {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
-        settled.statuses.update(dict.fromkeys(completed, Completion.COMPLETED))
-        rest = [d.job for d in done if d.job.id not in completed]
-        if rest:
-            requeued = await _requeue(conn, rest)
-            for job in rest:
-                settled.statuses[job.id] = (
-                    Completion.REQUEUED if job.id in requeued else Completion.LOST
-                )
-        if outputs is not None and completed:
+    completing = [d for d in done if d.failure is None]
+    failing = [d for d in done if d.failure is not None]
+    async with bounded_transaction(
+        conn, needed=bool(parents) or outputs is not None, lock_timeout_s=lock_timeout_s
+    ):
+        locked = await lock_parents(conn, parents)
+        if completing:
+            settled.statuses.update(await _complete(conn, completing, locked))
+        if failing:
+            settled.statuses.update(await _fail(conn, failing, locked))
+        if outputs is not None and settled.statuses.get(done[0].job.id) is Completion.COMPLETED:
             await outputs(conn)
-        ended = [d.job.parent_id for d in done if d.job.parent_id and d.job.id in completed]
+        ended = [
+            d.job.parent_id
+            for d in done
+            if d.job.parent_id
+            and settled.statuses[d.job.id] in (Completion.COMPLETED, Completion.FAILED)
+        ]
         if ended:
             failpoints.hit("child.before_reconcile")
             settled.parents_ended = await reconcile_parents(conn, ended)
     return settled
 
 
+async def _complete(
+    conn: Connection, done: Sequence[Done], locked_parents: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Completion]:
+    cursor = await conn.execute(
+        _QUERIES.complete_jobs,
+        {
+            "ids": [d.job.id for d in done],
+            "claim_tokens": [d.job.claim_token for d in done],
+            "revisions": [d.job.revision for d in done],
+            "results": [None if d.result is None else json.dumps(d.result) for d in done],
+            "locked_parents": list(locked_parents),
+        },
+    )
+    statuses = {
+        cast(uuid.UUID, row["id"]): Completion.DEFERRED if row["deferred"] else Completion.COMPLETED
+        for row in await cursor.fetchall()
+    }
+    rest = [d.job for d in done if d.job.id not in statuses]
+    if rest:
+        cursor = await conn.execute(
+            _QUERIES.requeue_jobs,
+            {"ids": [j.id for j in rest], "claim_tokens": [j.claim_token for j in rest]},
+        )
+        requeued = {
+            cast(uuid.UUID, r["id"]): Completion.DEFERRED if r["deferred"] else Completion.REQUEUED
+            for r in await cursor.fetchall()
+        }
+        for job in rest:
+            statuses[job.id] = requeued.get(job.id, Completion.LOST)
+    return statuses
+
+
+async def _fail(
+    conn: Connection, done: Sequence[Done], locked_parents: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Completion]:
+    failures = [d.failure for d in done if d.failure is not None]
+    cursor = await conn.execute(
+        _QUERIES.fail_jobs,
+        {
+            "ids": [d.job.id for d in done],
+            "claim_tokens": [d.job.claim_token for d in done],
+            "failure_kinds": [str(f.kind) for f in failures],
+            "errors": [storable_text(f.error)[:ERROR_MAX_CHARS] for f in failures],
+            "locked_parents": list(locked_parents),
+        },
+    )
+    found = {
+        cast(uuid.UUID, row["id"]): Completion.DEFERRED if row["deferred"] else Completion.FAILED
+        for row in await cursor.fetchall()
+    }
+    return {d.job.id: found.get(d.job.id, Completion.LOST) for d in done}
+
+
 async def complete_many(conn: Connection, done: Sequence[Done]) -> dict[uuid.UUID, Completion]:
     """Complete many claimed jobs with one statement (plus one for changed revisions)."""
     return (await settle_many(conn, done)).statuses
-
-
-async def _requeue(conn: Connection, jobs: Sequence[ClaimedJob]) -> set[uuid.UUID]:
-    cursor = await conn.execute(
-        _QUERIES.requeue_jobs,
-        {"ids": [j.id for j in jobs], "claim_tokens": [j.claim_token for j in jobs]},
-    )
-    return {cast(uuid.UUID, row["id"]) for row in await cursor.fetchall()}
 
 
 async def complete_fenced(
@@ -296,32 +393,53 @@ async def complete_fenced(
     result: Mapping[str, Any] | None,
     outputs: OutputWriter | None,
     failpoints: Failpoints = NO_FAILPOINTS,
+    lock_timeout_s: float | None = None,
 ) -> Completion:
     """Complete one job and write its business outputs in ONE transaction.
 
     The completion re-checks claim token and revision first (and locks the row); outputs
     are written only when it matched, so a stale worker never writes. When the revision
     changed the job goes back to pending and the outputs are dropped. Raises `LeaseLost`
-    when the claim no longer holds the job; an error in `outputs` rolls everything back.
+    when the claim no longer holds the job, `RowLocked` when another transaction locks its
+    row; an error in `outputs` rolls everything back (a lock wait past `lock_timeout_s`
+    too, as `psycopg.errors.LockNotAvailable`).
     """
     async with pool.connection() as conn:
         settled = await settle_many(
-            conn, [Done(job, result)], failpoints=failpoints, outputs=outputs
+            conn,
+            [Done(job, result)],
+            failpoints=failpoints,
+            outputs=outputs,
+            lock_timeout_s=lock_timeout_s,
         )
     status = settled.statuses[job.id]
     if status is Completion.LOST:
         raise LeaseLost(job.id, "complete")
+    if status is Completion.DEFERRED:
+        raise RowLocked(job.id, "complete")
     return status
 
 
 async def retry_later(conn: Connection, job: ClaimedJob, *, delay_s: float, error: str) -> None:
-    """Back to pending after `delay_s` (database time). Raises `LeaseLost`."""
+    """Back to pending after `delay_s` (database time). Raises `LeaseLost` or `RowLocked`."""
     cursor = await conn.execute(
         _QUERIES.retry_job,
-        {"id": job.id, "claim_token": job.claim_token, "delay_s": delay_s, "error": error},
+        {
+            "id": job.id,
+            "claim_token": job.claim_token,
+            "delay_s": delay_s,
+            "error": storable_text(error)[:ERROR_MAX_CHARS],
+        },
     )
-    if await cursor.fetchone() is None:
-        raise LeaseLost(job.id, "retry")
+    _written(await cursor.fetchone(), job, "retry")
+
+
+def _written(row: Mapping[str, Any] | None, job: ClaimedJob, write: str) -> None:
+    """Raise unless a single CAS write's row says it was written."""
+    if row is None:
+        raise LeaseLost(job.id, write)
+    if row["deferred"]:
+        raise RowLocked(job.id, write)
 
 
 async def fail(
@@ -331,36 +449,31 @@ async def fail(
     kind: FailureKind,
     error: str,
     failpoints: Failpoints = NO_FAILPOINTS,
+    lock_timeout_s: float | None = None,
 ) -> dict[uuid.UUID, str]:
     """End the job `failed` with `kind` (and reconcile its parent in the same transaction);
-    returns the parents that ended. Raises `LeaseLost`."""
-    async with _transaction(conn, needed=job.parent_id is not None):
-        if job.parent_id is not None:
-            await lock_parents(conn, [job.parent_id])
-        cursor = await conn.execute(
-            _QUERIES.fail_job,
-            {
-                "id": job.id,
-                "claim_token": job.claim_token,
-                "failure_kind": str(kind),
-                "error": error[:4000],
-            },
-        )
-        if await cursor.fetchone() is None:
-            raise LeaseLost(job.id, "fail")
-        if job.parent_id is None:
-            return {}
-        failpoints.hit("child.before_reconcile")
-        return await reconcile_parents(conn, [job.parent_id])
+    returns the parents that ended. Raises `LeaseLost` or `RowLocked`."""
+    settled = await settle_many(
+        conn,
+        [Done(job, failure=Failure(kind, error))],
+        failpoints=failpoints,
+        lock_timeout_s=lock_timeout_s,
+    )
+    status = settled.statuses[job.id]
+    if status is Completion.LOST:
+        raise LeaseLost(job.id, "fail")
+    if status is Completion.DEFERRED:
+        raise RowLocked(job.id, "fail")
+    return settled.parents_ended
 
 
 async def release(conn: Connection, job: ClaimedJob) -> None:
-    """Give the job back (pending now, attempt undone, workers woken). Raises `LeaseLost`."""
+    """Give the job back (pending now, attempt undone, workers woken). Raises `LeaseLost`
+    or `RowLocked`."""
     cursor = await conn.execute(
         _QUERIES.release_job, {"id": job.id, "claim_token": job.claim_token}
     )
-    if await cursor.fetchone() is None:
-        raise LeaseLost(job.id, "release")
+    _written(await cursor.fetchone(), job, "release")
 
 
 async def rescue_expired(conn: Connection, *, limit: int = 1000) -> dict[uuid.UUID, str]:
@@ -397,7 +510,9 @@ async def fail_unserved(
         if not found:
             return {}
         parents = [cast(uuid.UUID, r["parent_id"]) for r in found if r["parent_id"] is not None]
-        await lock_parents(conn, parents)
+        locked = set(await lock_parents(conn, parents))
+        # A child whose parent another transaction holds waits for a later pass.
+        found = [r for r in found if r["parent_id"] is None or r["parent_id"] in locked]
         cursor = await conn.execute(
             _QUERIES.fail_unserved_jobs,
             {
@@ -428,18 +543,22 @@ async def reconcile_stale_parents(conn: Connection, *, limit: int = 500) -> dict
         return await reconcile_parents(conn, ids)
 
 
-async def cancel(conn: Connection, job_id: uuid.UUID) -> dict[str, Any] | None:
+async def cancel(
+    conn: Connection, job_id: uuid.UUID, *, lock_timeout_s: float | None = None
+) -> dict[str, Any] | None:
     """Cancel an active job, its active children, and reconcile its parent, in one
     transaction (parent locked first). Returns the cancelled row, or None when the job was
-    not active."""
-    async with _transaction(conn):
+    not active. Raises `RowLocked` when another transaction holds the parent, and
+    `psycopg.errors.LockNotAvailable` when the job's row (or a child's) stays locked past
+    `lock_timeout_s`; nothing is written then."""
+    async with bounded_transaction(conn, lock_timeout_s=lock_timeout_s):
         cursor = await conn.execute(_QUERIES.get_parent_id, {"id": job_id})
         found = await cursor.fetchone()
         if found is None:
             return None
         parent_id = cast(uuid.UUID | None, found["parent_id"])
-        if parent_id is not None:
-            await lock_parents(conn, [parent_id])
+        if parent_id is not None and not await lock_parents(conn, [parent_id]):
+            raise RowLocked(parent_id, "cancel")
         cursor = await conn.execute(_QUERIES.cancel_job, {"id": job_id})
         row = await cursor.fetchone()
         if row is None:

@@ -1,13 +1,20 @@
-"""The completer: records finished jobs, many per durable commit (DESIGN.md section 3).
+"""The completer: records finished jobs, many per durable commit.
 
 A job whose handler returned a plain `Complete` (no fenced outputs) is handed to the
 completer (`add`) instead of being written by its run. The task `jobrelay-worker-flush`
 records them on a connection of the shared pool, up to 1,000 per `complete_jobs`
 statement, parents reconciled in the same transaction (`claims.settle_many`). A batch
 commits while the next one accumulates in a `jobs.buffer.Buffer` (group commit), so the
-claim loop never waits for a durable commit. A failed flush puts its batch back in front
-and retries after a backoff (`Health`: one log line when it starts failing, one when it
-recovers).
+claim loop never waits for a durable commit. A flush that fails for the database's sake (a
+lost connection) puts its batch back in front and retries after a backoff (`Health`: one
+log line when it starts failing, one when it recovers).
+
+One row never holds the batch: a flush PostgreSQL refuses for its data (a result it cannot
+store that the executor's check did not foresee) is split until the refused rows stand
+alone (`db.isolate`), the rest is recorded, and each refused job fails permanently, naming
+why. A job whose row (or parent) another transaction locks is deferred: the rest is
+recorded, and it is tried again every 50-500 ms, its lease kept by the lease keeper
+(`deferred_jobs`), until the lock goes; the claim token fences it as any completion.
 
 The bounded flush window (`WorkerConfig.hold_slot_until_recorded`): when more than 4
 completions per slot of the worker are not yet recorded (waiting or being committed),
@@ -33,10 +40,13 @@ from collections.abc import Callable, Collection, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
+from jobrelay.db.isolate import write_isolating
 from jobrelay.db.pool import Connection
+from jobrelay.domain.jobs import FailureKind
+from jobrelay.domain.storable import unstorable
 from jobrelay.jobs import claims
 from jobrelay.jobs.buffer import Buffer
-from jobrelay.jobs.claims import Completion, Done
+from jobrelay.jobs.claims import Completion, Done, Failure
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
@@ -51,6 +61,9 @@ FLUSH_WINDOW = 4
 FLUSH_MAX = 1000  # completions per statement
 # After failures in a row the flush waits 0.1 s, 0.2 s, ... up to 2 s: finished jobs wait on it.
 _FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
+# Deferred completions (their rows locked elsewhere) are tried again after 50 ms, 100 ms,
+# ... at most 500 ms apart, so one completes well within a second of its lock going.
+_DEFERRED_BACKOFF = Backoff(base_s=0.05, cap_s=0.5)
 
 
 def frees_claims(job: ClaimedJob, capped: Collection[str]) -> bool:
@@ -75,8 +88,25 @@ def count_completion(
         metrics.completed.labels(job.type).inc()
     elif status is Completion.REQUEUED:
         stats.requeued += 1
+    elif status is Completion.FAILED:
+        stats.failed += 1
+        metrics.failed.labels(job.type).inc()
+    elif status is Completion.DEFERRED:
+        count_deferred(stats, metrics, "complete")
     else:
         count_lost(stats, metrics)
+
+
+def count_deferred(stats: WorkerStats, metrics: WorkerMetrics, write: str) -> None:
+    """Count one write left for the next try because another transaction locks its row."""
+    stats.deferred += 1
+    metrics.rows_deferred.labels(write).inc()
+
+
+def count_refused(stats: WorkerStats, metrics: WorkerMetrics, found: str) -> None:
+    """Count one result that could not be stored (`found`: "checked" or "split")."""
+    stats.split_out += found == "split"
+    metrics.rows_refused.labels(found).inc()
 
 
 class Completer:
@@ -94,6 +124,7 @@ class Completer:
     ) -> None:
         self._pool = pool
         self._lease_s = config.lease_s
+        self._lock_timeout_s = config.lock_timeout_s
         self._capped = frozenset(config.global_caps)
         # Unrecorded completions past which a finished job keeps its slot (None: never).
         self._window = (
@@ -104,6 +135,9 @@ class Completer:
         self._freed = freed
         self._failpoints = failpoints
         self.buffer: Buffer[Done] = Buffer(max_size=FLUSH_MAX)
+        # Completions whose rows another transaction locked, for the next round.
+        self._deferred: list[Done] = []
+        self._deferred_rounds = 0
         # Runs waiting for their buffered completion to be recorded, by claim token.
         self._recorded: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -141,9 +175,59 @@ class Completer:
         self.buffer.close()
         await asyncio.gather(task, return_exceptions=True)
 
-    async def _write(self, batch: list[Done]) -> claims.Settled:
+    def deferred_jobs(self) -> list[ClaimedJob]:
+        """Jobs whose completion waits for another transaction's lock on their row: the
+        lease keeper keeps their leases meanwhile (where the lock allows)."""
+        return [d.job for d in self._deferred]
+
+    async def _settle(self, batch: list[Done]) -> claims.Settled:
         async with self._pool.connection() as conn:
-            return await claims.settle_many(conn, batch, failpoints=self._failpoints)
+            return await claims.settle_many(
+                conn, batch, failpoints=self._failpoints, lock_timeout_s=self._lock_timeout_s
+            )
+
+    async def _write(self, batch: list[Done]) -> claims.Settled:
+        """Record `batch`; rows PostgreSQL refuses are split out and their jobs failed."""
+        isolated = await write_isolating(batch, self._settle)
+        settled = claims.Settled()
+        for _part, written in isolated.written:
+            settled.statuses.update(written.statuses)
+            settled.parents_ended.update(written.parents_ended)
+        if isolated.refused:
+            failures = []
+            for done, exc in isolated.refused:
+                reason = unstorable(done.result) or (exc.diag.message_primary or str(exc))
+                log.warning("job %s: result cannot be stored (%s); failing it", done.job.id, reason)
+                count_refused(self._stats, self._metrics, "split")
+                failures.append(
+                    Done(
+                        done.job,
+                        failure=Failure(
+                            FailureKind.PERMANENT, f"result cannot be stored: {reason}"
+                        ),
+                    )
+                )
+            failed = await self._settle(failures)
+            settled.statuses.update(failed.statuses)
+            settled.parents_ended.update(failed.parents_ended)
+        return settled
+
+    async def _next_round(self) -> None:
+        """Wait for a flush to be due; with deferred completions, at most until they are
+        due again, and then put them back in the buffer."""
+        if not self._deferred:
+            await self.buffer.wait()
+            return
+        self._deferred_rounds += 1
+        delay = _DEFERRED_BACKOFF.delay(self._deferred_rounds)
+        if self.buffer.closed:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.buffer.wait(), delay)
+        deferred, self._deferred = self._deferred, []
+        for done in deferred:
+            self.buffer.add(done)
 
     async def _flush_loop(self) -> None:
         """Record finished jobs, durably, on a connection of their own: while one batch
@@ -153,7 +237,7 @@ class Completer:
         give_up_at: float | None = None
         buffer = self.buffer
         while True:
-            await buffer.wait()
+            await self._next_round()
             while buffer.waiting:
                 try:
                     batch, settled = await buffer.flush(self._write)
@@ -174,12 +258,33 @@ class Completer:
                     await asyncio.sleep(health.failed(exc))
                     continue
                 health.ok()
-                self._release_recorded(batch)
+                deferred = [d for d in batch if settled.statuses[d.job.id] is Completion.DEFERRED]
+                if deferred:
+                    self._deferred.extend(deferred)
+                else:
+                    self._deferred_rounds = 0
+                recorded = [
+                    d for d in batch if settled.statuses[d.job.id] is not Completion.DEFERRED
+                ]
+                self._release_recorded(recorded)
                 self._count_settled(batch, settled)
-                if any(frees_claims(d.job, self._capped) for d in batch):
+                if any(frees_claims(d.job, self._capped) for d in recorded):
                     self._freed()  # a source or capped slot is free in the database now
             if buffer.closed:
-                return
+                if not self._deferred:
+                    return
+                if give_up_at is None:
+                    give_up_at = loop.time() + self._lease_s
+                if loop.time() > give_up_at:
+                    log.error(
+                        "could not record %d completions before stopping: their rows stayed "
+                        "locked by another transaction; their leases will expire and the "
+                        "jobs run again",
+                        len(self._deferred),
+                    )
+                    self._release_recorded(self._deferred)
+                    self._deferred = []
+                    return
 
     def _release_recorded(self, batch: Sequence[Done]) -> None:
         for d in batch:

@@ -10,9 +10,12 @@ Precedence. A job that is not pending has one state-based answer: `completed`; `
 (or `superseded` when duplicate reconciliation cancelled it in favour of another job, which
 is named); `failed` jobs are `unknown_type` when their type is not registered,
 `attempts_exhausted` after a retryable failure or lease expiry on the last attempt, else
-`failed` (a permanent failure); `in_progress` jobs are `running` (holder and lease named) or
-`lease_expired` (a live worker's rescuer will take it back). A pending job is checked from
-what never resolves by itself to what does:
+`failed` (a permanent failure); `in_progress` jobs are `row_locked` when another session
+holds a lock on the row (its completion, heartbeat or failure is deferred until the lock
+goes, issue 40; `running` follows in `also`), else `running` (holder and lease named) or
+`lease_expired` (a live worker's rescuer will take it back). A row lock is named as "row
+locked by pid N (application, state, since T)", from the row's `xmax` and `pg_locks`.
+A pending job is checked from what never resolves by itself to what does:
 
 1. `unknown_type`: not in the registry of the process that asks (a worker claims only the
    types it has handlers for, so a job of a type no live worker has stays pending).
@@ -31,7 +34,9 @@ what never resolves by itself to what does:
    `JOBRELAY_JOBS_RATES`; the claimers record it in `job_rate_windows`) and the starts in
    the last period reached it: "rate limited until T", when the oldest of them ages out.
    Being held back is not an attempt (`attempt_count` does not change).
-10. `claimable`: nothing blocks it; a worker should take it soon (`ahead_in_class` counts the
+10. `row_locked`: another session holds a lock on its row (`SELECT ... FOR UPDATE` in psql,
+   a report, a foreign key of an application table): claims skip a row they cannot lock.
+11. `claimable`: nothing blocks it; a worker should take it soon (`ahead_in_class` counts the
    claimable jobs of its class without a source key before it, up to 10,000).
 
 Superseded and merged: enqueue with policy `supersede` or `merge` rewrites the active job in
@@ -50,7 +55,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
+
+import psycopg
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
@@ -81,6 +88,7 @@ class Reason(StrEnum):
     SOURCE_QUEUE = "source_queue"
     CLASS_AT_CAP = "class_at_cap"
     RATE_LIMITED = "rate_limited"
+    ROW_LOCKED = "row_locked"
     CLAIMABLE = "claimable"
 
 
@@ -95,6 +103,19 @@ class BlockingJob:
     claimed_by: str | None = None
     lease_expires_at: dt.datetime | None = None
     class_slot: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowLocker:
+    """A session holding a lock on the job's row: its backend pid, application name (or
+    user), state (`active`, `idle in transaction`, ...), since when its transaction runs,
+    and the lock mode when PostgreSQL records it (several lockers: `keysh`, `forupd`, ...)."""
+
+    pid: int
+    application: str
+    state: str
+    since: dt.datetime
+    mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +178,7 @@ class Diagnosis:
     replaced_by: uuid.UUID | None
     rate_limit: str | None = None
     rate_limited_until: dt.datetime | None = None
+    row_locked_by: tuple[RowLocker, ...] = ()
 
 
 async def diagnose(
@@ -178,12 +200,48 @@ async def diagnose(
     if row is None:
         raise NotFound(f"job {job_id} not found")
     known = registry.get(str(row["type"])) is not None
-    return decide(row, known_type=known, caps=global_caps or {})
+    lockers = await row_lockers(conn, job_id) if row["status"] in _LOCKABLE else ()
+    return decide(row, known_type=known, caps=global_caps or {}, lockers=lockers)
 
 
-def decide(row: Mapping[str, Any], *, known_type: bool, caps: Mapping[str, int]) -> Diagnosis:
-    """The diagnosis of the facts `diagnose_job.sql` read (pure: no I/O)."""
-    facts = _Facts(row, known_type, caps)
+# The statuses whose row lives in `jobs` and can be locked (finished rows moved away).
+_LOCKABLE = frozenset({"pending", "in_progress"})
+
+
+async def row_lockers(conn: Connection, job_id: uuid.UUID) -> tuple[RowLocker, ...]:
+    """The sessions holding a lock on the job's row (empty: none, or the row is gone).
+
+    One locker is the row's `xmax`; several are a MultiXact, whose members are read in a
+    savepoint because asking for the members of a plain transaction id raises."""
+    params = {"id": job_id}
+    rows = await (await conn.execute(_QUERIES.row_lockers, params)).fetchall()
+    if not rows:
+        try:
+            async with conn.transaction():
+                rows = await (await conn.execute(_QUERIES.row_lockers_multi, params)).fetchall()
+        except psycopg.Error:
+            rows = []  # xmax was no MultiXact (a finished updater): nobody holds the row
+    return tuple(
+        RowLocker(
+            pid=int(str(r["pid"])),
+            application=str(r["application"]),
+            state=str(r["state"]),
+            since=cast(dt.datetime, r["since"]),
+            mode=None if r["mode"] is None else str(r["mode"]),
+        )
+        for r in rows
+    )
+
+
+def decide(
+    row: Mapping[str, Any],
+    *,
+    known_type: bool,
+    caps: Mapping[str, int],
+    lockers: Sequence[RowLocker] = (),
+) -> Diagnosis:
+    """The diagnosis of the facts `diagnose_job.sql` (and `row_lockers`) read (pure)."""
+    facts = _Facts(row, known_type, caps, tuple(lockers))
     reasons = facts.reasons()
     reason = reasons[0]
     return Diagnosis(
@@ -225,6 +283,7 @@ def decide(row: Mapping[str, Any], *, known_type: bool, caps: Mapping[str, int])
         replaced_by=row["replaced_by_id"],
         rate_limit=facts.rate_limit,
         rate_limited_until=row["rate_limited_until"],
+        row_locked_by=facts.lockers,
     )
 
 
@@ -233,8 +292,15 @@ def _when(at: dt.datetime | None) -> str:
 
 
 class _Facts:
-    def __init__(self, row: Mapping[str, Any], known_type: bool, caps: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        row: Mapping[str, Any],
+        known_type: bool,
+        caps: Mapping[str, int],
+        lockers: tuple[RowLocker, ...],
+    ) -> None:
         self.row = row
+        self.lockers = lockers
         self.known_type = known_type
         self.cap = caps.get(row["concurrency_class"])
         self.wait_s = float(row["wait_s"] or 0.0)
@@ -272,7 +338,8 @@ class _Facts:
             return [Reason.FAILED]
         if status == "in_progress":
             expired = row["lease_expires_at"] <= row["checked_at"]
-            return [Reason.LEASE_EXPIRED if expired else Reason.RUNNING]
+            running = Reason.LEASE_EXPIRED if expired else Reason.RUNNING
+            return [Reason.ROW_LOCKED, running] if self.lockers else [running]
         return self._pending_reasons() or [Reason.CLAIMABLE]
 
     def _pending_reasons(self) -> list[Reason]:
@@ -297,6 +364,8 @@ class _Facts:
             found.append(Reason.CLASS_AT_CAP)
         if row["rate_limited_until"] is not None:
             found.append(Reason.RATE_LIMITED)
+        if self.lockers:
+            found.append(Reason.ROW_LOCKED)
         return found
 
     def blocking(self, reason: Reason) -> tuple[BlockingJob, ...]:
@@ -438,6 +507,18 @@ class _Facts:
                     f"started {row['rate_in_window']} job(s) in the last "
                     f"{row['rate_period_s']:g} s (limit {self.rate_limit})"
                 )
+            case Reason.ROW_LOCKED:
+                held = "; ".join(_locker(locker) for locker in self.lockers)
+                if row["status"] == "in_progress":
+                    return (
+                        f"{held}: its worker's writes of this row (completion, heartbeat, "
+                        "failure) wait until that transaction ends; it keeps running on "
+                        f"worker {row['claimed_by']}, lease until {_when(row['lease_expires_at'])}"
+                    )
+                return (
+                    f"{held}: until that transaction ends a claim skips the row (unless the "
+                    "lock is only FOR KEY SHARE) and its completion or cancel waits"
+                )
             case Reason.CLAIMABLE:
                 return (
                     f"pending and claimable: a worker should take it soon "
@@ -445,6 +526,14 @@ class _Facts:
                     f"{row['live_count']} live worker(s) serve the class)"
                 )
         raise AssertionError(reason)  # pragma: no cover - the match is exhaustive
+
+
+def _locker(locker: RowLocker) -> str:
+    mode = f", {locker.mode}" if locker.mode else ""
+    return (
+        f"row locked by pid {locker.pid} ({locker.application or 'no application name'}, "
+        f"{locker.state}, since {_when(locker.since)}{mode})"
+    )
 
 
 def _json_list(value: Any) -> Sequence[Mapping[str, Any]]:

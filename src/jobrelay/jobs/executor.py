@@ -15,9 +15,13 @@
    goes to the completer's batch (keeping its slot while the flush is behind, see
    `jobs.completer`); a `Complete` with fenced outputs commits in its own transaction
    (a failure there rolls back and becomes a failed attempt); `Retry` and `Fail` go
-   through the type's `RetryPolicy.decide` to `retry_later` or `fail`. Each write retries
-   while the database is unreachable, for at most one lease; a write that still fails is
-   logged, and the lease covers the rest.
+   through the type's `RetryPolicy.decide` to `retry_later` or `fail`. A result
+   PostgreSQL could not store (`domain.storable`: a NUL character, a lone surrogate, over
+   `WorkerConfig.result_limit_bytes`) fails the job permanently instead, naming where. Each
+   write retries while the database is unreachable, for at most one lease; a write that
+   still fails is logged, and the lease covers the rest. A write whose row another
+   transaction locks (`RowLocked`, or a lock wait past `lock_timeout_s`) is tried again
+   every 50-500 ms while the claim holds, the run's lease kept meanwhile (`Run.locked`).
 """
 
 from __future__ import annotations
@@ -31,15 +35,32 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.errors import LockNotAvailable
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from jobrelay.db.pool import Connection
-from jobrelay.domain.jobs import Complete, Fail, FailureKind, LeaseLost, Outcome, Retry
+from jobrelay.domain.jobs import (
+    Complete,
+    Fail,
+    FailureKind,
+    LeaseLost,
+    Outcome,
+    Retry,
+    RowLocked,
+)
 from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, classify
+from jobrelay.domain.storable import unstorable
 from jobrelay.jobs import claims, traces
 from jobrelay.jobs.claims import Done
-from jobrelay.jobs.completer import Completer, count_completion, count_lost, frees_claims
+from jobrelay.jobs.completer import (
+    Completer,
+    count_completion,
+    count_deferred,
+    count_lost,
+    count_refused,
+    frees_claims,
+)
 from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.metrics import WorkerMetrics
@@ -54,6 +75,8 @@ T = TypeVar("T")
 _DEFAULT_POLICY = RetryPolicy()
 # Recording one outcome retries from 50 ms up to 2 s while the database is unreachable.
 _DB_BACKOFF = Backoff(base_s=0.05, cap_s=2.0)
+# A write whose row another transaction locks is tried again 50 ms, 100 ms, ... 500 ms later.
+_LOCKED_BACKOFF = Backoff(base_s=0.05, cap_s=0.5)
 
 
 @dataclass(slots=True)
@@ -63,13 +86,15 @@ class Run:
     The producer creates it (held, `task` None), starts it (`started`, `task`) and marks
     it `lost` when the lease keeper finds its claim gone; the executor marks it `settling`
     once the handler returned, after which a lost lease no longer cancels it (its own CAS
-    write decides)."""
+    write decides), and `locked` while that write waits for another transaction's lock on
+    the row (the lease keeper then keeps its lease again)."""
 
     job: ClaimedJob
     task: asyncio.Task[None] | None = None
     started: bool = False
     settling: bool = False
     lost: bool = False
+    locked: bool = False
 
 
 class Executor:
@@ -94,6 +119,8 @@ class Executor:
         self._enqueuer = enqueuer
         self._completer = completer
         self._lease_s = config.lease_s
+        self._lock_timeout_s = config.lock_timeout_s
+        self._result_limit_bytes = config.result_limit_bytes
         self._capped = frozenset(config.global_caps)
         self._stats = stats
         self._metrics = metrics
@@ -115,7 +142,7 @@ class Executor:
         job_type = self._registry.get(job.type)
         if job_type is None:
             run.settling = True
-            await self._settle(job, None, Fail(f"unknown job type {job.type!r}"))
+            await self._settle(run, None, Fail(f"unknown job type {job.type!r}"))
             return
         try:
             payload = job_type.payload_model.model_validate({**job.payload, "type": job.type})
@@ -124,7 +151,7 @@ class Executor:
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
             run.settling = True
-            await self._settle(job, job_type, Fail(f"invalid payload: {details}"))
+            await self._settle(run, job_type, Fail(f"invalid payload: {details}"))
             return
         assert job_type.handler is not None  # the registry refuses entries without one
         started = time.perf_counter()
@@ -152,7 +179,7 @@ class Executor:
         if run.lost:
             count_lost(self._stats, self._metrics)
             return
-        await self._settle(job, job_type, outcome)
+        await self._settle(run, job_type, outcome)
 
     async def release(self, job: ClaimedJob) -> None:
         """Give the claim back (pending at once, attempt undone); on failure the lease
@@ -165,13 +192,18 @@ class Executor:
         except Exception:
             log.warning("could not release job %s; its lease will expire", job.id, exc_info=True)
 
-    async def _settle(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
-    ) -> None:
+    async def _settle(self, run: Run, job_type: JobType[Any] | None, outcome: Outcome) -> None:
         """Record the outcome with a CAS write; never raises (the lease covers the rest)."""
+        job = run.job
+        if isinstance(outcome, Complete):
+            problem = unstorable(outcome.result, limit_bytes=self._result_limit_bytes)
+            if problem is not None:
+                log.warning("job %s: result cannot be stored (%s); failing it", job.id, problem)
+                count_refused(self._stats, self._metrics, "checked")
+                outcome = Fail(f"result cannot be stored: {problem}")
         traces.settled(outcome)
         try:
-            written = await self._record(job, job_type, outcome)
+            written = await self._record(run, job_type, outcome)
         except LeaseLost as exc:
             count_lost(self._stats, self._metrics)
             log.warning("%s", exc)
@@ -182,11 +214,10 @@ class Executor:
             if written and frees_claims(job, self._capped):
                 self._freed()
 
-    async def _record(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Outcome
-    ) -> bool:
+    async def _record(self, run: Run, job_type: JobType[Any] | None, outcome: Outcome) -> bool:
         """Write the outcome now (True), or hand a plain completion to the completer
         (False)."""
+        job = run.job
         if isinstance(outcome, Complete):
             if outcome.outputs is None:
                 if self._completer.add(Done(job, outcome.result)):
@@ -195,28 +226,31 @@ class Executor:
             complete = outcome
             try:
                 status = await self._with_db_retry(
+                    run,
                     lambda: claims.complete_fenced(
                         self._pool,
                         job,
                         result=complete.result,
                         outputs=complete.outputs,
                         failpoints=self._failpoints,
-                    )
+                        lock_timeout_s=self._lock_timeout_s,
+                    ),
                 )
             except (LeaseLost, psycopg.OperationalError):
                 raise
             except Exception as exc:  # the outputs failed: rolled back, now a failed attempt
                 log.warning("job %s: completing transaction failed: %s", job.id, exc)
-                await self._record_failure(job, job_type, _outcome_of(exc))
+                await self._record_failure(run, job_type, _outcome_of(exc))
             else:
                 count_completion(self._stats, self._metrics, job, status)
             return True
-        await self._record_failure(job, job_type, outcome)
+        await self._record_failure(run, job_type, outcome)
         return True
 
     async def _record_failure(
-        self, job: ClaimedJob, job_type: JobType[Any] | None, outcome: Retry | Fail
+        self, run: Run, job_type: JobType[Any] | None, outcome: Retry | Fail
     ) -> None:
+        job = run.job
         policy = job_type.retry if job_type is not None else _DEFAULT_POLICY
         decision: RetryAfter | GiveUp
         if isinstance(outcome, Retry):
@@ -232,40 +266,69 @@ class Executor:
         error = outcome.error
         if isinstance(decision, RetryAfter):
             await self._with_db(
-                lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error)
+                run,
+                lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error),
             )
             self._stats.retried += 1
             self._metrics.retried.labels(job.type).inc()
         else:
             ended = await self._with_db(
+                run,
                 lambda conn: claims.fail(
-                    conn, job, kind=decision.kind, error=error, failpoints=self._failpoints
-                )
+                    conn,
+                    job,
+                    kind=decision.kind,
+                    error=error,
+                    failpoints=self._failpoints,
+                    lock_timeout_s=self._lock_timeout_s,
+                ),
             )
             self._stats.failed += 1
             self._stats.parents_ended += len(ended)
             self._metrics.failed.labels(job.type).inc()
 
-    async def _with_db(self, action: Callable[[Connection], Awaitable[T]]) -> T:
-        async def run() -> T:
+    async def _with_db(self, run: Run, action: Callable[[Connection], Awaitable[T]]) -> T:
+        async def write() -> T:
             async with self._pool.connection() as conn:
                 return await action(conn)
 
-        return await self._with_db_retry(run)
+        return await self._with_db_retry(run, write)
 
-    async def _with_db_retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        """Retry `action` while the database is unreachable, for at most one lease."""
-        return await retry(
-            action,
-            what="recording a job's outcome",
-            retry_on=_unreachable,
-            backoff=_DB_BACKOFF,
-            budget_s=self._lease_s,
-        )
+    async def _with_db_retry(self, run: Run, action: Callable[[], Awaitable[T]]) -> T:
+        """Retry `action` while the database is unreachable, for at most one lease, and
+        while another transaction locks the job's row, for as long as the claim holds
+        (each try is a CAS: a lost claim ends it with `LeaseLost`)."""
+
+        async def reachable() -> T:
+            return await retry(
+                action,
+                what="recording a job's outcome",
+                retry_on=_unreachable,
+                backoff=_DB_BACKOFF,
+                budget_s=self._lease_s,
+            )
+
+        def locked(exc: BaseException) -> bool:
+            if not isinstance(exc, RowLocked | LockNotAvailable):
+                return False
+            count_deferred(self._stats, self._metrics, "outcome")
+            run.locked = True  # the lease keeper keeps the lease while it waits
+            return True
+
+        try:
+            return await retry(
+                reachable,
+                what="recording a job's outcome (its row is locked)",
+                retry_on=locked,
+                backoff=_LOCKED_BACKOFF,
+                level=logging.DEBUG,
+            )
+        finally:
+            run.locked = False
 
 
 def _unreachable(exc: BaseException) -> bool:
-    return isinstance(exc, psycopg.OperationalError)
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, LockNotAvailable)
 
 
 def _outcome_of(exc: BaseException) -> Retry | Fail:

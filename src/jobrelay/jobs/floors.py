@@ -9,9 +9,11 @@ of them (a heap fetch each, since the version is still visible to that old snaps
 the claim's cost grows with the minutes the horizon has been pinned.
 
 A floor is a lower bound on the available_at of every pending job of a class
-(`claim_floors.sql`). The claim reads only `available_at >= floor`. The worker keeps one
-per class in memory (nothing is written, so the floors add no dead rows themselves) and
-refreshes them on the claim connection:
+(`claim_floors.sql`) that never passes the database's clock, so jobs
+due later (a waiting parent, a `runAt` ahead) cannot hide one that becomes due sooner (a
+retry without backoff, a new enqueue). The claim reads only `available_at >= floor`. The
+worker keeps one per class in memory (nothing is written, so the floors add no dead rows
+themselves) and refreshes them on the claim connection:
 
 * every `refresh_s` (1 s), looking back `lookback_s` (60 s) before the current floor: the
   cost is the jobs claimed in that window, whatever the age of the horizon;

@@ -8,7 +8,8 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 
 * `LeaseKeeper`: ONE batched heartbeat statement per worker every lease/3 for all its
   running jobs (through a `jobs.buffer.Buffer`, as the completer's completions); a job
-  missing from the answer lost its lease and its handler is cancelled.
+  missing from the answer lost its lease and its handler is cancelled; one whose row
+  another transaction locks is `busy` (still held, lease not extended this time).
 * `LeaseRescuer`: expired leases back to pending (or failed `lease_expired`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
@@ -24,7 +25,6 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
@@ -170,12 +170,14 @@ class LeaseKeeper(Loop):
         lease_s: float,
         held: Callable[[], Sequence[ClaimedJob]],
         lost: Callable[[ClaimedJob], None],
+        busy: Callable[[int], None] | None = None,
     ) -> None:
         self.lease_s = positive("lease_s", lease_s)
         super().__init__(interval_s=lease_s / 3)
         self._pool = pool
         self._held = held
         self._lost = lost
+        self._busy = busy
         self.beats: Buffer[ClaimedJob] = Buffer(max_size=HEARTBEATS_MAX)
 
     async def _run(self) -> None:
@@ -186,13 +188,15 @@ class LeaseKeeper(Loop):
         self.beats.replace(self._held())
         gone = 0
         while self.beats.waiting:
-            batch, kept = await self.beats.flush(self._beat)
+            batch, beats = await self.beats.flush(self._beat)
             for job in batch:
-                if job.claim_token not in kept:
+                if job.claim_token not in beats.held:
                     gone += 1
                     self._lost(job)
+            if beats.busy and self._busy is not None:
+                self._busy(len(beats.busy))
         return gone
 
-    async def _beat(self, jobs: list[ClaimedJob]) -> set[uuid.UUID]:
+    async def _beat(self, jobs: list[ClaimedJob]) -> claims.Heartbeats:
         async with self._pool.connection() as conn:
             return await claims.heartbeat_many(conn, jobs, lease_s=self.lease_s)

@@ -42,6 +42,19 @@ class WorkerMetrics:
             "jobrelay_jobs_lease_lost", "Claims found lost (expired, cancelled)", registry=r
         )
         self.released = Counter("jobrelay_jobs_released", "Jobs given back at shutdown", registry=r)
+        self.rows_deferred = Counter(
+            "jobrelay_jobs_rows_deferred",
+            "Writes of job rows another transaction locked, left for the next try",
+            ["write"],
+            registry=r,
+        )
+        self.rows_refused = Counter(
+            "jobrelay_jobs_rows_refused",
+            "Job results that could not be stored, failing only their job (found: "
+            "checked before the write, or split out of a batched write PostgreSQL refused)",
+            ["found"],
+            registry=r,
+        )
         self.claim_latency = Histogram(
             "jobrelay_claim_latency_seconds",
             "Duration of one claim cycle (record completions + claim + commit)",

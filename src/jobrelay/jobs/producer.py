@@ -154,8 +154,9 @@ class Producer:
     # -- leases ------------------------------------------------------------------------
 
     def held(self) -> list[ClaimedJob]:
-        """The jobs whose claims this worker must keep: running (not yet settling) or held."""
-        return [r.job for r in self.runs.values() if not r.settling and not r.lost]
+        """The jobs whose claims this worker must keep: running (not yet settling, or
+        settling but waiting for a lock on its row) or held."""
+        return [r.job for r in self.runs.values() if (r.locked or not r.settling) and not r.lost]
 
     def lease_lost(self, job: ClaimedJob) -> None:
         """The database no longer gives `job` to this worker: stop its handler, or forget it

@@ -1,4 +1,4 @@
-"""The closed, exhaustive registry of job types (DESIGN.md section 3, invariant 9).
+"""The closed, exhaustive registry of job types (docs/explanation/design.md, "The jobs engine").
 
 One `JobType` per type names everything the engine needs: the payload model (one member of a
 Pydantic discriminated union on `type`), the dedupe rule (a key built from named payload

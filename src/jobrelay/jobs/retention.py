@@ -25,7 +25,7 @@ from typing import LiteralString
 
 from psycopg.errors import LockNotAvailable
 
-from jobrelay.db.pool import Connection
+from jobrelay.db.pool import Connection, bound_lock_waits
 from jobrelay.db.sql import Queries
 
 _QUERIES = Queries("jobrelay.jobs")
@@ -74,9 +74,8 @@ async def apply(
     done = RetentionPass()
     types, seconds = retention.rows()
     await conn.execute(_QUERIES.sync_job_retention, {"types": types, "retention_s": seconds})
-    timeout = {"timeout": f"{max(1, int(lock_timeout_s * 1000))}ms"}
     async with conn.transaction():
-        await conn.execute(_QUERIES.lock_timeout, timeout)
+        await bound_lock_waits(conn, lock_timeout_s)
         cursor = await conn.execute(_QUERIES.create_finished_partitions, {"days_ahead": DAYS_AHEAD})
         done.partitions_created = sum(1 for r in await cursor.fetchall() if r["partition"])
     done.moved = await _batches(conn, _QUERIES.move_finished_jobs, limit)
@@ -84,7 +83,7 @@ async def apply(
     for row in await cursor.fetchall():
         try:
             async with conn.transaction():
-                await conn.execute(_QUERIES.lock_timeout, timeout)
+                await bound_lock_waits(conn, lock_timeout_s)
                 dropped = await conn.execute(
                     _QUERIES.drop_finished_partition, {"name": row["name"]}
                 )

@@ -96,6 +96,9 @@ class JobsService:
     failpoints: Failpoints = NO_FAILPOINTS
     # The workers' JOBRELAY_JOBS_GLOBAL_CAPS, for diagnoses (the database does not hold them).
     global_caps: Mapping[str, int] = field(default_factory=dict)
+    # How long a cancel waits for a row another transaction locks (then LockNotAvailable,
+    # the API's 503 row-locked); None: PostgreSQL's own lock_timeout.
+    lock_timeout_s: float | None = None
 
     async def enqueue(
         self, request: EnqueueRequest, *, conn: Connection | None = None, stored: bool = False
@@ -190,7 +193,7 @@ class JobsService:
         `Conflict`.
         """
         async with self.pool.connection() as conn:
-            row = await claims.cancel(conn, job_id)
+            row = await claims.cancel(conn, job_id, lock_timeout_s=self.lock_timeout_s)
         if row is not None:
             return Job.from_row(row)
         job = await self.get(job_id)

@@ -141,8 +141,10 @@ class Worker:
         self.keeper = LeaseKeeper(
             pool=pool,
             lease_s=config.lease_s,
-            held=self.producer.held,
+            # Deferred completions keep their leases too: their rows are locked elsewhere.
+            held=lambda: [*self.producer.held(), *self.completer.deferred_jobs()],
             lost=self.producer.lease_lost,
+            busy=self._heartbeats_busy,
         )
         conninfo = config.listen_conninfo or (
             pool.conninfo if isinstance(pool.conninfo, str) else ""
@@ -202,6 +204,11 @@ class Worker:
     def _freed(self) -> None:
         # A write freed a source or a capped slot in the database: worth a claim again.
         self.producer.more_work()
+
+    def _heartbeats_busy(self, count: int) -> None:
+        # Rows another transaction locked: their leases were not extended this round.
+        self.stats.deferred += count
+        self.metrics.rows_deferred.labels("heartbeat").inc(count)
 
     def _loops(self) -> list[Loop]:
         loops: list[Loop] = [

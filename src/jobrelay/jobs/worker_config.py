@@ -80,6 +80,8 @@ class WorkerConfig:
     fair_claims: bool = True
     claim_floors: bool = True
     hold_slot_until_recorded: bool = True
+    lock_timeout_s: float = 0.3
+    result_limit_bytes: int = 1024 * 1024
     metrics_port: int | None = None
     worker_id: str = field(default_factory=default_worker_id)
     schedule_grace_s: float = DEFAULT_GRACE_S
@@ -115,6 +117,7 @@ class WorkerConfig:
             "reconcile_interval_s",
             "unserved_fail_after_s",
             "prune_interval_s",
+            "lock_timeout_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -133,6 +136,8 @@ class WorkerConfig:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
         if not self.schedule_grace_s > 0:
             raise ValueError(f"schedule_grace_s must be > 0, got {self.schedule_grace_s}")
+        if self.result_limit_bytes < 1:
+            raise ValueError(f"result_limit_bytes must be >= 1, got {self.result_limit_bytes}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -179,3 +184,5 @@ class WorkerStats:
     errors: int = 0
     claim_races: int = 0
     parents_ended: int = 0
+    deferred: int = 0  # writes of rows another transaction locked, left for the next try
+    split_out: int = 0  # rows a batched write found bad and failed alone

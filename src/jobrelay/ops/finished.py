@@ -20,16 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.db.pool import Connection
 from jobrelay.jobs import retention
+from jobrelay.ops.control import SQL
 from jobrelay.ops.logged import fingerprint, store_report
-
-_FINISHED_BEFORE = sql.SQL(
-    "SELECT * FROM all_jobs WHERE status IN ('completed', 'failed', 'cancelled') "
-    "AND finished_at < {}"
-)
-_IN_PLACE = (
-    "SELECT count(*) AS n FROM jobs "
-    "WHERE finished_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled')"
-)
 
 
 async def move_finished(
@@ -39,12 +31,13 @@ async def move_finished(
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch!r}")
     started = datetime.now(UTC)
-    finished = _FINISHED_BEFORE.format(sql.Literal(started))
+    finished = sql.SQL(SQL.finished_before)
+    window = {"started": started}
     async with pool.connection() as conn:
-        before = await fingerprint(conn, finished)
+        before = await fingerprint(conn, finished, window)
         in_place = await _in_place(conn)
         moved = await retention.move_finished(conn, limit=batch)
-        after = await fingerprint(conn, finished)
+        after = await fingerprint(conn, finished, window)
         left = await _in_place(conn)
     unchanged = before == after
     report: dict[str, Any] = {
@@ -67,5 +60,5 @@ async def move_finished(
 
 
 async def _in_place(conn: Connection) -> int:
-    row = await (await conn.execute(_IN_PLACE)).fetchone()
+    row = await (await conn.execute(SQL.finished_in_place)).fetchone()
     return int(str(row["n"])) if row else 0

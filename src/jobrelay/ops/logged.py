@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -220,10 +220,15 @@ async def _fingerprint(conn: Connection, table: str) -> Fingerprint:
     return await fingerprint(conn, sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
 
 
-async def fingerprint(conn: Connection, rows: sql.Composable) -> Fingerprint:
-    """Count and checksum the rows a query returns (a row's text is its table row's)."""
+async def fingerprint(
+    conn: Connection, rows: sql.Composable, params: Mapping[str, Any] | None = None
+) -> Fingerprint:
+    """Count and checksum the rows a query returns (a row's text is its table row's).
+
+    `params` fill the placeholders of `rows`, bound by the server like any statement's.
+    """
     query = _FINGERPRINT.format(rows)
-    row = await (await conn.execute(query)).fetchone()
+    row = await (await conn.execute(query, params)).fetchone()
     assert row is not None
     return Fingerprint(rows=int(str(row["n"])), checksum=str(row["checksum"]))
 

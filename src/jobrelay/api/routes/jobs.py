@@ -150,6 +150,14 @@ class WorkersSeenOut(ApiModel):
     last_heartbeat_at: dt.datetime | None
 
 
+class RowLockerOut(ApiModel):
+    pid: int = Field(description="Backend pid of the session holding the lock")
+    application: str = Field(description="Its application_name (or user name)")
+    state: str = Field(description="Its state: active, idle in transaction, ...")
+    since: dt.datetime = Field(description="When its transaction began")
+    mode: str | None = Field(description="The lock mode, when PostgreSQL records it")
+
+
 class DiagnosisOut(ApiModel):
     """Why a job is not running (or is); see docs/reference/job_types.md, "Why isn't
     this job running?"."""
@@ -189,6 +197,9 @@ class DiagnosisOut(ApiModel):
     )
     rate_limited_until: dt.datetime | None = Field(
         description="While the class's rate limit is reached: when the next job may start"
+    )
+    row_locked_by: list[RowLockerOut] = Field(
+        description="Sessions holding a lock on the job's row (reason row_locked)"
     )
 
     @classmethod

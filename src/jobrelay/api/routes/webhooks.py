@@ -1,7 +1,8 @@
 """`POST /v1/webhooks/worker`: signed terminal outcomes from the external workers.
 
 Authenticated by its Standard Webhooks signature, not by a bearer token. The contract (401,
-400, 404, 409, idempotent `webhook-id`, never 410) is in `jobrelay.generations.webhooks`.
+400, 404, 409, 503 row-locked, idempotent `webhook-id`, never 410) is in
+`jobrelay.generations.webhooks`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
         401: {"description": "Missing headers, bad signature or stale timestamp"},
         404: {"description": "No such child"},
         409: {"description": "The child already ended otherwise, or webhook-id reused"},
+        503: {
+            "description": "A row it needs is locked by another transaction (row-locked) or "
+            "the database is unavailable; nothing stored, retry after Retry-After"
+        },
     },
 )
 async def worker_outcome(request: Request, services: ServicesDep) -> JSONResponse:

@@ -17,8 +17,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrelay.api.problems import DATABASE_DOWN, DATABASE_RETRY_AFTER_S
+from jobrelay.api.ui import login, pages
 from jobrelay.api.ui.hosted_ui import HostedUi
-from jobrelay.api.ui.pages import LoginRequired, router
+from jobrelay.api.ui.login import LoginRequired
 from jobrelay.api.ui.render import render
 from jobrelay.api.ui.session import SessionCodec
 from jobrelay.bootstrap import Services
@@ -62,7 +63,8 @@ def create_ui(services: Services) -> FastAPI:
         secure=settings.env != "development",
     )
     ui.state.hosted_ui = HostedUi.from_settings(settings)
-    ui.include_router(router)
+    ui.include_router(login.router)
+    ui.include_router(pages.router)
 
     @ui.exception_handler(LoginRequired)
     async def _login(_: Request, exc: LoginRequired) -> Response:

@@ -2,28 +2,29 @@
 JSON routes use (overview, health, jobs, batches), never SQL. Admin pages (overview, jobs,
 health) need the admin role like their JSON routes; batch pages need membership of the
 batch's organization, checked by the API's own `owned_by_caller` (another organization's
-batch is the same 404 page as a missing one). Every POST checks the session's CSRF token."""
+batch is the same 404 page as a missing one). Who the caller is, and every POST's CSRF check,
+come from `login.py`."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
 from functools import partial
-from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlencode
+from typing import Annotated, Any, get_args
+from urllib.parse import quote, urlencode
 
-import httpx
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
 from jobrelay.api.deps import ServicesDep, owned_by_caller
-from jobrelay.api.ui.hosted_ui import HostedUi, LoginFailed
-from jobrelay.api.ui.render import codec, render
-from jobrelay.api.ui.session import Session, check_csrf
+from jobrelay.api.schemas import GenerationStatus
+from jobrelay.api.ui.login import UiCallerDep, checked_form, see_other
+from jobrelay.api.ui.render import render
 from jobrelay.auth.tokens import Caller
 from jobrelay.bootstrap import Services
 from jobrelay.children.views import Code2WfView
-from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput, NotFound, Unauthenticated
+from jobrelay.domain.batch_status import CHILD_STATUS_NAMES
+from jobrelay.domain.errors import FieldError, Forbidden, InvalidInput
 from jobrelay.domain.jobs import JobStatus
 from jobrelay.jobs.models import JobFilter
 from jobrelay.protocol.outcomes import ChildKind
@@ -34,29 +35,6 @@ JOBS_PAGE = 50
 BATCHES_PAGE = 25
 ITEMS_PAGE = 100
 MAX_PAGE_NUMBER = 10_000
-MAX_SUBJECT = 128
-
-
-class LoginRequired(Exception):
-    """No valid session: the error handler redirects to the login page."""
-
-    def __init__(self, next_path: str) -> None:
-        super().__init__(next_path)
-        self.next_path = next_path
-
-
-async def ui_caller(request: Request, services: ServicesDep) -> Caller:
-    """The caller of the session's JWT, verified like the API's bearer tokens."""
-    session = codec(request).load(request)
-    if session is None or session.token is None:
-        raise LoginRequired(request.url.path)
-    try:
-        return await services.tokens.verify(session.token)
-    except Unauthenticated:
-        raise LoginRequired(request.url.path) from None
-
-
-UiCallerDep = Annotated[Caller, Depends(ui_caller)]
 
 
 async def ui_admin(caller: UiCallerDep) -> Caller:
@@ -69,139 +47,12 @@ async def ui_admin(caller: UiCallerDep) -> Caller:
 UiAdminDep = Annotated[Caller, Depends(ui_admin)]
 
 
-async def form_of(request: Request) -> dict[str, str]:
-    """An urlencoded form's fields (the last value of each)."""
-    body = (await request.body()).decode("utf-8", errors="replace")
-    return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
-
-
-async def checked_form(request: Request) -> tuple[Session, dict[str, str]]:
-    """The session and the form of a POST whose CSRF token matches (else 403)."""
-    form = await form_of(request)
-    session = codec(request).load(request)
-    check_csrf(session, form.get("csrf"))
-    assert session is not None
-    return session, form
-
-
-def _see_other(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303)
-
-
-# -- login -------------------------------------------------------------------------------
+# -- home --------------------------------------------------------------------------------
 
 
 @router.get("/", response_class=HTMLResponse)
 async def home(caller: UiCallerDep) -> Response:
-    return _see_other("/ui/overview" if caller.is_admin else "/ui/batches")
-
-
-def hosted_ui(request: Request) -> HostedUi | None:
-    """The Cognito Hosted UI client, when the console logs in through it."""
-    found: HostedUi | None = request.app.state.hosted_ui
-    return found
-
-
-@router.get("/login", response_class=HTMLResponse)
-async def login_page(request: Request, services: ServicesDep, next: str = "/ui/") -> Response:
-    hosted = hosted_ui(request)
-    if hosted is not None:
-        url, state = await hosted.start(request, _safe_next(next))
-        response = _see_other(url)
-        hosted.save_state(response, state)
-        return response
-    if services.local_issuer is None:
-        return render(request, "not_configured.html", {}, status_code=501)
-    return render(request, "login.html", {"next": _safe_next(next)})
-
-
-@router.post("/login", response_class=HTMLResponse)
-async def login(request: Request, services: ServicesDep) -> Response:
-    _, form = await checked_form(request)
-    if services.local_issuer is None:
-        return render(request, "not_configured.html", {}, status_code=501)
-    subject = form.get("subject", "").strip()
-    if not subject or len(subject) > MAX_SUBJECT:
-        raise InvalidInput(
-            "invalid login", [FieldError("subject", f"give 1 to {MAX_SUBJECT} characters")]
-        )
-    token = services.local_issuer.mint(
-        subject, admin=form.get("admin") == "on", ttl_s=codec(request).ttl_s
-    )
-    response = _see_other(_safe_next(form.get("next", "/ui/")))
-    codec(request).save(response, Session.new(token))  # a new CSRF token per login
-    return response
-
-
-CallbackParam = Annotated[str | None, Query(max_length=4096)]
-
-
-@router.get("/auth/callback", response_class=HTMLResponse, name="auth_callback")
-async def auth_callback(
-    request: Request,
-    services: ServicesDep,
-    code: CallbackParam = None,
-    state: CallbackParam = None,
-    error: CallbackParam = None,
-    error_description: CallbackParam = None,
-) -> Response:
-    """The Hosted UI's redirect back: state, code exchange with PKCE, token checks, session."""
-    hosted = hosted_ui(request)
-    if hosted is None:
-        raise NotFound("the console does not log in through the Cognito Hosted UI")
-    try:
-        login = hosted.load_state(request, state)
-        if error:
-            because = f": {error_description}" if error_description else ""
-            raise LoginFailed(401, f"Cognito did not log you in ({error}{because})")
-        if not code:
-            raise LoginFailed(400, "the Hosted UI's answer has no authorization code")
-        tokens = await hosted.exchange(request, code, login)
-        try:
-            caller = await services.tokens.verify(tokens.access_token)
-            sub = await services.tokens.verify_id_token(
-                tokens.id_token, client_id=hosted.client_id, nonce=login.nonce
-            )
-        except Unauthenticated as exc:
-            raise LoginFailed(401, f"Cognito's tokens were refused: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise LoginFailed(
-                502, f"the user pool's signing keys could not be fetched ({type(exc).__name__})"
-            ) from None
-        if sub != caller.sub:
-            raise LoginFailed(401, "the ID token and the access token name different users")
-    except LoginFailed as exc:
-        context = {"status": exc.status, "title": "Login failed", "detail": exc.detail}
-        page = render(request, "error.html", {**context, "errors": []}, status_code=exc.status)
-        hosted.clear_state(page)
-        return page
-    response = _see_other(_safe_next(login.next_path))
-    codec(request).save(response, Session.new(tokens.access_token))  # a new CSRF token
-    hosted.clear_state(response)
-    return response
-
-
-@router.post("/logout", response_class=HTMLResponse)
-async def logout(request: Request) -> Response:
-    """Clears the session; with the Hosted UI, also its session (Cognito's /logout)."""
-    await checked_form(request)
-    hosted = hosted_ui(request)
-    response = _see_other(hosted.logout_url(request) if hosted else "/ui/login")
-    codec(request).save(response, Session.new())
-    return response
-
-
-@router.get("/logged-out", response_class=HTMLResponse)
-async def logged_out(request: Request) -> Response:
-    """Where Cognito's /logout sends the browser back."""
-    return render(request, "logged_out.html", {})
-
-
-def _safe_next(target: str) -> str:
-    """Only paths of the console: never an absolute or scheme-relative URL."""
-    if target.startswith("/ui/") and not target.startswith("/ui//") and "\\" not in target:
-        return target
-    return "/ui/"
+    return see_other("/ui/overview" if caller.is_admin else "/ui/batches")
 
 
 # -- overview and health (admins) --------------------------------------------------------
@@ -308,7 +159,7 @@ async def retry_job(
 ) -> Response:
     await checked_form(request)
     await services.jobs.retry(job_id)
-    return _see_other(f"/ui/jobs/{job_id}")
+    return see_other(f"/ui/jobs/{job_id}")
 
 
 @router.post("/jobs/{job_id}/cancel", response_class=HTMLResponse)
@@ -317,7 +168,7 @@ async def cancel_job(
 ) -> Response:
     await checked_form(request)
     await services.jobs.cancel(job_id)
-    return _see_other(f"/ui/jobs/{job_id}")
+    return see_other(f"/ui/jobs/{job_id}")
 
 
 # -- batches (members of the organization) -----------------------------------------------
@@ -393,12 +244,13 @@ async def cancel_batch(
     await checked_form(request)
     await _visible_batch(caller, services, batch_id)
     await services.batches.cancel(batch_id, actor=caller.sub)
-    return _see_other(f"/ui/batches/{quote(batch_id, safe='')}")
+    return see_other(f"/ui/batches/{quote(batch_id, safe='')}")
 
 
 # -- children of batches, Code2WF generations (members of the organization) --------------
 
-CHILD_STATUS = {"0": "processing", "1": "completed", "2": "failed", "3": "cancelled"}
+# A Code2WF generation is never cancelled: discovery filters by the codes the API accepts.
+GENERATION_STATUSES: tuple[str, ...] = get_args(GenerationStatus)
 GENERATIONS_SHOWN = 50
 CODE2WF_PAGE = 50
 ChildPath = Annotated[str, Path(min_length=1, max_length=255)]
@@ -424,11 +276,11 @@ async def _child_page(
         "kind": kind,
         "title": "Page Import" if kind == "page_import" else "Code2Des",
         "child": child,
-        "status_name": CHILD_STATUS[child.status],
+        "status_name": CHILD_STATUS_NAMES[child.status],
         "item": item,
         "generations": generations,
         "generations_shown": GENERATIONS_SHOWN,
-        "statuses": CHILD_STATUS,
+        "statuses": CHILD_STATUS_NAMES,
     }
     return render(request, "child.html", context)
 
@@ -456,7 +308,7 @@ async def code2wf(
     context = {
         "caller": caller,
         "g": generation,
-        "status_name": CHILD_STATUS[generation.status],
+        "status_name": CHILD_STATUS_NAMES[generation.status],
     }
     return render(request, "code2wf.html", context)
 
@@ -475,7 +327,7 @@ async def discover_code2wf(
     /v1/projects/{projectId}/code2wf`): a form, then the file's generations by pages."""
     scope = await services.tenancy.project_scope(caller.sub, project_id)
     figma_file_key, status = figma_file_key.strip(), status.strip()
-    if status and status not in ("0", "1", "2"):
+    if status and status not in GENERATION_STATUSES:
         raise InvalidInput(
             "invalid discovery filter",
             [FieldError("status", f"unknown status {status[:40]!r} (0, 1 or 2)")],
@@ -498,6 +350,6 @@ async def discover_code2wf(
         "generations": generations,
         "next_after": next_after,
         "searched": bool(figma_file_key),
-        "statuses": {k: v for k, v in CHILD_STATUS.items() if k in ("0", "1", "2")},
+        "statuses": {code: CHILD_STATUS_NAMES[code] for code in GENERATION_STATUSES},
     }
     return render(request, "code2wf_discover.html", context)

@@ -14,6 +14,11 @@
 -- The last SELECT always returns one row: `held_back` counts organizations with waiting work
 -- and no room, so an idle relay knows to look again soon (items settle without a NOTIFY).
 -- Each item comes with its batch's `traceparent`, the parent of its send span.
+-- Items are taken with the lock their UPDATE needs (NO KEY UPDATE) and SKIP LOCKED: an item
+-- another transaction holds is left for a later claim, never waited for and never charged an
+-- attempt; one held only FOR KEY SHARE (a foreign key check, a report) does not conflict
+-- and is claimed. The UPDATE changes no counted column, so no count delta (and no lock on
+-- the batch row) is involved.
 WITH RECURSIVE waiting (batch_id) AS (
     (
         SELECT batch_id
@@ -92,7 +97,7 @@ WITH RECURSIVE waiting (batch_id) AS (
           AND (bi.lease_until IS NULL OR bi.lease_until <= clock_timestamp())
         ORDER BY bi.batch_id, bi.id
         LIMIT s.take
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ) AS picked
     LIMIT %(limit)s
 ), claimed AS (

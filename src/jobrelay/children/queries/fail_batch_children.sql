@@ -1,7 +1,7 @@
 -- The processing children of items that just failed for good (`batches/queries/
--- fail_items.sql`, `sweep_expired.sql`) fail with the item's error; a child that already
--- ended keeps its end, and so does one of a batch whose cancel is settling in the background
--- (migration 0014): the sweeper ends it cancelled.
+-- fail_items.sql`, the relay's and its sweep's) fail with the item's error; a child that
+-- already ended keeps its end, and so does one of a batch whose cancel is settling in the
+-- background (migration 0014): the sweeper ends it cancelled.
 WITH failed AS (
     SELECT s.job_id, s.error
     FROM unnest(%(job_ids)s::text[], %(errors)s::text[]) AS s (job_id, error)

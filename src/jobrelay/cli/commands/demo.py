@@ -23,12 +23,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobrelay.bootstrap import build_services, database, local_issuer
 from jobrelay.cli.running_stack import load_cli_settings
+from jobrelay.domain.batch_status import BATCH_STATUS_NAMES, CHILD_STATUS_NAMES, ChildStatus
 from jobrelay.domain.errors import InvalidInput
 from jobrelay.settings import Settings
 
 console = Console(soft_wrap=True)
 DEMO_SUBJECT = "demo"
-STATUS_NAMES = {"0": "processing", "1": "completed", "2": "failed", "3": "cancelled"}
 
 
 def register(app: typer.Typer) -> None:
@@ -56,7 +56,7 @@ def demo_command(
         final = _follow(http, batch["id"], deadline=time.monotonic() + timeout)
         counts = final["counts"]
         console.print(
-            f"batch {final['id']}: [bold]{STATUS_NAMES.get(final['status'], final['status'])}"
+            f"batch {final['id']}: [bold]{BATCH_STATUS_NAMES.get(final['status'], final['status'])}"
             f"[/] ({counts['completed']} completed, {counts['failed']} failed, "
             f"{counts['cancelled']} cancelled of {counts['total']})"
         )
@@ -147,12 +147,12 @@ def _code2wf(http: httpx.Client, project_id: int, batch_id: str, *, deadline: fl
     response.raise_for_status()
     generation: dict[str, Any] = response.json()
     console.print(f"requested Code2WF {generation['code2wfId']} for page {done[0]['jobId']}")
-    while generation["status"] == "0" and time.monotonic() < deadline:
+    while generation["status"] == ChildStatus.PROCESSING and time.monotonic() < deadline:
         time.sleep(0.25)
         generation = http.get(f"/v1/code2wf/{generation['code2wfId']}").raise_for_status().json()
     console.print(
         f"Code2WF {generation['code2wfId']}: "
-        f"{STATUS_NAMES.get(generation['status'], generation['status'])}, "
+        f"{CHILD_STATUS_NAMES.get(generation['status'], generation['status'])}, "
         f"flagCount {generation.get('flagCount')}, result {generation.get('resultUrl')}"
         + (f", error {generation['errorMessage']}" if generation.get("errorMessage") else "")
     )

@@ -1,6 +1,8 @@
 -- The claim floor of each class %(classes)s[i] (issue 27): the earliest available_at of its
 -- pending jobs without source key, looking no further back than %(since)s[i] (NULL:
--- everything); a class with none gets the database's clock minus one second.
+-- everything), and never later than the database's clock; a class with none gets the
+-- clock minus one second. A job due later (a waiting parent, a runAt ahead) must not hide a
+-- job that becomes due before it, such as a retry without backoff or a new enqueue.
 --
 -- Why: a claim scans jobs_pending_class_idx / jobs_pending_fair_idx in (priority,
 -- available_at, id) order, and the entries of jobs claimed since the oldest open snapshot
@@ -51,7 +53,7 @@ SELECT
     bounds.cls AS concurrency_class,
     coalesce(
         (
-            SELECT min(head.available_at)
+            SELECT least(min(head.available_at), clock_timestamp())
             FROM priorities
             CROSS JOIN LATERAL (
                 SELECT j.available_at

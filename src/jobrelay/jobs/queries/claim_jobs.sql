@@ -1,4 +1,4 @@
--- Claim jobs for one worker in one statement (DESIGN.md 3, invariants 4, 10, 11, 13):
+-- Claim jobs for one worker in one statement (docs/explanation/design.md, "The jobs engine"):
 -- up to %(limits)s[i] jobs of class %(classes)s[i] and %(total)s in all, by priority, then
 -- fairly across fairness keys, then by available_at, id; nothing while claims are paused.
 -- %(fair)s false (JOBRELAY_WORKER_FAIR_CLAIMS=false) skips the fairness keys: every class is

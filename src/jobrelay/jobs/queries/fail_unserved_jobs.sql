@@ -1,12 +1,13 @@
 -- Fail the unserved jobs `unserved_jobs` found (their parents locked first by the caller),
--- permanently: still pending and not locked by a claim racing it; a worker that gained the
--- handler meanwhile may have claimed one, which is then left alone. They leave `jobs` for
+-- permanently: still pending and not locked by a claim racing it (or by anyone: the DELETE
+-- would wait even for a FOR KEY SHARE); a worker that gained the handler meanwhile may have
+-- claimed one, which is then left alone. They leave `jobs` for
 -- `finished_jobs` in the same statement.
 WITH doomed AS MATERIALIZED (
     SELECT id
     FROM jobs
     WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending'
-    FOR NO KEY UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ),
 failed AS (
     DELETE FROM jobs

@@ -1,4 +1,4 @@
--- End waiting parents whose children are all terminal (DESIGN.md 3, invariant 12). Runs in
+-- End waiting parents whose children are all terminal (docs/explanation/state_machine.md, "Parents and children"). Runs in
 -- the transaction of a child's terminal write, after lock_parents, or from the periodic
 -- reconciler after lock_stale_parents. Only parents (role `parent`) that still wait
 -- (pending) are touched, so a parent ends exactly once.
@@ -6,7 +6,9 @@
 -- that did not complete fails the parent. A parent without any child (its dispatch was
 -- lost) fails. Otherwise: completed when every item completed, else failed; the counts go
 -- into the parent's result. The ended parent leaves `jobs` for `finished_jobs`; its children
--- are read from both (`all_jobs`).
+-- are read from both (`all_jobs`). The DELETE needs a lock that another transaction's FOR
+-- KEY SHARE blocks: a parent locked that way is not waited for (FOR UPDATE SKIP LOCKED)
+-- but left pending for the periodic reconciler, which ends it once the lock is gone.
 WITH tally AS (
     SELECT
         parent.id,
@@ -49,10 +51,17 @@ verdict AS (
     FROM tally
     WHERE tally.active = 0
 ),
+deletable AS MATERIALIZED (
+    SELECT parent.id
+    FROM jobs AS parent
+    WHERE parent.id IN (SELECT verdict.id FROM verdict)
+    FOR UPDATE SKIP LOCKED
+),
 ended AS (
     DELETE FROM jobs AS parent
     USING verdict
     WHERE parent.id = verdict.id
+        AND parent.id IN (SELECT deletable.id FROM deletable)
     RETURNING parent AS job, verdict.*
 ),
 archived AS (

@@ -1,7 +1,9 @@
 -- Reclaim running jobs whose lease expired (database time): back to pending while attempts
 -- are left (the next claim issues a new token), else failed with lease_expired (leaving
--- `jobs` for `finished_jobs`). Rows being
--- heartbeated right now are locked and skipped; the lease is re-checked on the locked row.
+-- `jobs` for `finished_jobs`). Rows are taken FOR UPDATE SKIP LOCKED: rows being
+-- heartbeated right now, and rows any other transaction locks (even FOR KEY SHARE, which
+-- the DELETE of an exhausted job would wait for), are skipped until a later pass; the lease
+-- is re-checked on the locked row.
 -- Children are rescued only when their parent was locked first (%(locked_parents)s, see
 -- lock_expired_parents). Jobs back to pending wake listening workers (payload 'behind', see
 -- jobs/floors.py). Each ended attempt
@@ -16,7 +18,7 @@ WITH expired AS MATERIALIZED (
         AND (parent_id IS NULL OR parent_id = ANY(%(locked_parents)s::uuid[]))
     ORDER BY lease_expires_at
     LIMIT %(limit)s
-    FOR NO KEY UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ),
 rescued AS (
     UPDATE jobs

@@ -4,11 +4,11 @@
   their slots are declared by the job-type registry and the settings, so a user's package
   can bring its own class without a migration.
 * `jobs.role` (`job`, `parent`, `dispatch`) records how a job takes part in parent/child
-  work (DESIGN.md 3, invariant 12). Reconciling parents used to need the engine's list of
-  parent and dispatch type names; with the role on the row the engine knows no type name
-  and a user's parent types reconcile like the built-in `ccip.batch`. Existing CCIP rows
-  are backfilled; `jobs_waiting_parents` lets the periodic reconciler find waiting parents
-  without reading other jobs.
+  work (docs/explanation/state_machine.md, parents and children). Reconciling parents used
+  to need the engine's list of parent and dispatch type names; with the role on the row the
+  engine knows no type name and a user's parent types reconcile like the built-in
+  `ccip.batch`. Existing CCIP rows are backfilled; `jobs_waiting_parents` lets the periodic
+  reconciler find waiting parents without reading other jobs.
 
 Revision ID: 0006
 Revises: 0005

@@ -1,11 +1,12 @@
 """Batch status counts kept in the transactions that change a child: `batch_count_delta`.
 
-A batch's status is still derived from its items and children (DESIGN.md section 4); what
-changes is when the counting happens. Every statement that inserts items or children, that
-ends a child (`status`) or that records a send (`batch_item.dispatched_at`) appends, in the
-same transaction, one row per batch it touched holding the change of each count (statement
-triggers over the transition tables). A batch's counts are the sum of its rows: reading the
-status of a 100,000-item batch sums a few dozen rows instead of joining 200,000.
+A batch's status is still derived from its items and children (docs/explanation/batches.md,
+derived status); what changes is when the counting happens. Every statement that inserts
+items or children, that ends a child (`status`) or that records a send
+(`batch_item.dispatched_at`) appends, in the same transaction, one row per batch it touched
+holding the change of each count (statement triggers over the transition tables). A batch's
+counts are the sum of its rows: reading the status of a 100,000-item batch sums a few dozen
+rows instead of joining 200,000.
 
 Append-only deltas, not one counter row per batch: concurrent webhooks of one batch insert
 their own rows and never wait for each other (one counter row would serialize them, and
@@ -97,7 +98,8 @@ BEGIN
 END
 $$;
 
--- The state of one item (DESIGN.md section 4; `jobrelay.domain.batch_status.item_state`),
+-- The state of one item (docs/explanation/batches.md, derived status;
+-- `jobrelay.domain.batch_status.item_state`),
 -- inlined into the queries below.
 CREATE FUNCTION jobrelay_batch_item_state(
     child_status wf2des_status, dispatched boolean, dispatch_failed boolean, cancelled boolean

@@ -1,0 +1,3 @@
+SELECT count(*) AS n
+FROM jobs
+WHERE finished_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled')
