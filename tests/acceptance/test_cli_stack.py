@@ -228,7 +228,9 @@ def test_up_starts_its_embedded_postgres_again_when_it_dies(tmp_path: Path) -> N
         wait_until(lambda: _ready(port), timeout_s=60, what="`up` to be ready")
         first_pid = server.running_pid()
         assert first_pid is not None
-        server.stop(mode="immediate")  # a crash, as the runbook's `pg_ctl ... stop -m immediate`
+        # A crash: SIGQUIT is what `pg_ctl stop -m immediate` sends. Not `pg_ctl -w`, which waits
+        # for postmaster.pid to go: `up` may write its new one first, and pg_ctl waits forever.
+        os.kill(first_pid, signal.SIGQUIT)
         restarted = wait_until(
             lambda: (pid := server.running_pid()) is not None and pid != first_pid and pid,
             timeout_s=60,
