@@ -10,7 +10,6 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import InvalidInput, Paused
 from jobrelay.domain.jobs import EnqueueOutcome
-from jobrelay.jobs import enqueue as enqueue_module
 from jobrelay.jobs.enqueue import COPY_CHUNK_ROWS, COPY_MIN_ROWS, EnqueueRequest
 from tests.jobs_support import fetch, row, service
 
@@ -428,14 +427,3 @@ async def test_the_engine_checks_the_enqueue_contract_for_every_caller(
         await service(pool).enqueue_many([EnqueueRequest("diag.noop", {}), request_])
     assert [e.path for e in bulk.value.errors] == [f"1.{path}"]
     assert await fetch(pool, "SELECT id FROM all_jobs") == []
-
-
-async def test_the_python_row_is_the_database_type_field_for_field(pool: Pool) -> None:
-    """`enqueue._NAMES` (the names of the JSON document, the one-row parameters and the
-    COPY columns) is the type jobrelay_job_input_v2 every enqueue statement reads."""
-    rows = await fetch(
-        pool,
-        "SELECT attname FROM pg_attribute WHERE attrelid = 'jobrelay_job_input_v2'::regclass "
-        "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-    )
-    assert tuple(r["attname"] for r in rows) == enqueue_module._NAMES

@@ -6,8 +6,8 @@ to workers until that transaction commits and disappears if it rolls back (no or
 no lost job). Deduplication is done by the partial unique index `jobs_active_dedupe_key`
 through `INSERT ... ON CONFLICT`, never by reading first: `DO NOTHING` for policy ignore
 (`enqueue_ignore.sql`, no lock on the job it keeps), `DO UPDATE` for merge and supersede
-(`enqueue_update.sql`). Every statement reads the same row, the database type
-`jobrelay_job_input_v2` that `_Row.fields` encodes (`_NAMES`). Each call is one
+(`enqueue_update.sql`). Every statement reads the same row, the database type that
+`jobs.enqueue_row` declares and encodes (`EnqueueRow`). Each call is one
 `jobrelay.jobs.enqueue` span and its rows record that span's trace context (`jobs.traces`).
 
 Every request is first checked against the enqueue contract (`EnqueueRequest.problems`:
@@ -31,11 +31,10 @@ the same transaction: a parent is never visible without its dispatch (invariant 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, LiteralString, cast
 
 from psycopg.copy import AsyncLibpqWriter
@@ -47,10 +46,11 @@ from jobrelay.db.sql import Queries
 from jobrelay.domain.errors import FieldError, InvalidInput, Paused
 from jobrelay.domain.jobs import ConflictPolicy, EnqueueOutcome, JobRole
 from jobrelay.ids import new_uuid
-from jobrelay.jobs import traces
+from jobrelay.jobs import enqueue_row, traces
+from jobrelay.jobs.enqueue_row import EnqueueRow
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import Enqueued, EnqueueRequest, Job
-from jobrelay.jobs.registry import JobType, Registry, payload_dict, payload_json
+from jobrelay.jobs.registry import Registry, payload_json
 
 __all__ = ["EnqueueRequest", "Enqueuer", "enqueue"]
 
@@ -63,77 +63,13 @@ COPY_MIN_ROWS = 16
 # A bulk call whose every request is copyable before validation streams its COPY in chunks of
 # this many rows (50-250 measured alike; one block of 1,000 lost the overlap).
 COPY_CHUNK_ROWS = 100
-# COPY's text format: a backslash starts an escape, tab and newline end a field and a row.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _PAUSED = "enqueueing is paused by the operator (jobs_control)"
-# One encoder for compact JSON: json.dumps with options builds a new encoder on every call.
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 _UPDATED_OUTCOME = {
     ConflictPolicy.IGNORE: EnqueueOutcome.DEDUPLICATED,
     ConflictPolicy.MERGE: EnqueueOutcome.MERGED,
     ConflictPolicy.SUPERSEDE: EnqueueOutcome.SUPERSEDED,
 }
-
-
-@dataclass(slots=True)
-class _Row:
-    id: uuid.UUID
-    job_type: JobType[Any]
-    payload: dict[str, Any] | None  # the stored payload as a dict, built when first needed
-    dedupe_key: str | None
-    revision: int
-    source_key: str | None
-    concurrency_class: str
-    priority: int
-    max_attempts: int
-    delay_s: float | None  # None: never available (a waiting parent)
-    parent_id: uuid.UUID | None
-    model: Any = None
-    run_at: dt.datetime | None = None  # available then (instead of now + delay_s)
-    fairness_key: str | None = None
-    # The stored payload as JSON text (what the size limit counts); None once a fold changed
-    # `payload`.
-    payload_json: str | None = None
-    traceparent: str | None = None  # the enqueue's trace context (`jobs.traces`)
-
-    @property
-    def key(self) -> tuple[str, str] | None:
-        return None if self.dedupe_key is None else (self.job_type.name, self.dedupe_key)
-
-    def stored_payload(self) -> dict[str, Any]:
-        """The payload as stored, as a dict (a bulk COPY needs only `payload_json`)."""
-        if self.payload is None:
-            self.payload = payload_dict(self.model)
-        return self.payload
-
-    def stored_json(self) -> str:
-        """The payload as stored, as compact JSON text: the text the size limit measured,
-        or the folded dict encoded again."""
-        if self.payload_json is None:
-            return _COMPACT.encode(self.stored_payload())
-        return self.payload_json
-
-    def fields(self) -> tuple[Any, ...]:
-        """The row as every enqueue statement reads it, in `_NAMES` order: the one encoding
-        that the single-row parameters, the JSON document and the COPY text are built from."""
-        return (
-            self.id,
-            self.job_type.name,
-            self.stored_json(),
-            self.dedupe_key,
-            self.revision,
-            self.source_key,
-            self.concurrency_class,
-            self.priority,
-            self.max_attempts,
-            self.delay_s,
-            self.parent_id,
-            str(self.job_type.role),
-            self.run_at,
-            self.fairness_key,
-            self.traceparent,
-        )
 
 
 class Enqueuer:
@@ -152,7 +88,7 @@ class Enqueuer:
         self._limit = payload_limit_bytes
         self._failpoints = failpoints
 
-    def prepare(self, request: EnqueueRequest, *, path: str = "") -> _Row:
+    def prepare(self, request: EnqueueRequest, *, path: str = "") -> EnqueueRow:
         """Validate one request against the enqueue contract (`EnqueueRequest.problems`),
         then its type and payload; raises `InvalidInput` naming the fields."""
         problems = request.problems(path)
@@ -173,7 +109,7 @@ class Enqueuer:
             job_type.retry.max_attempts if request.max_attempts is None else request.max_attempts
         )
         waiting = job_type.role is JobRole.PARENT
-        return _Row(
+        return EnqueueRow(
             id=new_uuid(),
             job_type=job_type,
             payload=None,
@@ -246,14 +182,14 @@ class Enqueuer:
         assert found is not None  # written in this transaction
         return replace(result, job=Job.from_row(found))
 
-    async def _write_stored(self, conn: Connection, row: _Row) -> Enqueued:
+    async def _write_stored(self, conn: Connection, row: EnqueueRow) -> Enqueued:
         """Write one job without children and read the job it landed in, both queued in one
         pipeline (one round trip). Falls back to the plain write and a read by id when the
         write must run again (its active job changed under it) or the read missed."""
         policy = None if row.dedupe_key is None else row.job_type.policy
         async with conn.pipeline():
             if policy is None:
-                write = await conn.execute(_QUERIES.enqueue_one, _parameters(row))
+                write = await conn.execute(_QUERIES.enqueue_one, enqueue_row.parameters(row))
             else:
                 write = await conn.execute(_statement(policy), _policy_params(policy, [row]))
             read = await conn.execute(
@@ -296,7 +232,7 @@ class Enqueuer:
         if len(requests) >= COPY_MIN_ROWS and all(map(self._copyable, requests)):
             return await self._copy_streamed(conn, requests)
         errors: list[FieldError] = []
-        rows: list[_Row] = []
+        rows: list[EnqueueRow] = []
         for i, request in enumerate(requests):
             try:
                 rows.append(self.prepare(request, path=f"{i}."))
@@ -366,7 +302,7 @@ class Enqueuer:
                         except InvalidInput as exc:
                             errors.extend(exc.errors)
                             continue
-                        lines.append(_copy_line(row))
+                        lines.append(enqueue_row.copy_line(row))
                         results.append(Enqueued(row.id, EnqueueOutcome.CREATED, row.revision))
                     if not errors and not paused:
                         await copy.write("".join(lines))
@@ -377,7 +313,7 @@ class Enqueuer:
                     raise Paused(_PAUSED)
         return results
 
-    async def _write(self, conn: Connection, rows: list[_Row]) -> list[Enqueued]:
+    async def _write(self, conn: Connection, rows: list[EnqueueRow]) -> list[Enqueued]:
         results: dict[uuid.UUID, Enqueued] = {}
         for (policy, _), part in _groups(rows).items():
             if policy is None:
@@ -388,10 +324,10 @@ class Enqueuer:
         return [results[row.id] for row in rows]
 
     async def _write_children(
-        self, conn: Connection, rows: list[_Row], results: dict[uuid.UUID, Enqueued]
+        self, conn: Connection, rows: list[EnqueueRow], results: dict[uuid.UUID, Enqueued]
     ) -> None:
         """The `on_create` children of newly created parents, in the caller's transaction."""
-        children: list[_Row] = []
+        children: list[EnqueueRow] = []
         for row in rows:
             on_create = row.job_type.on_create
             result = results[row.id]
@@ -408,12 +344,12 @@ class Enqueuer:
 
 
 def _groups(
-    rows: list[_Row],
-) -> dict[tuple[ConflictPolicy | None, str | None], list[_Row]]:
+    rows: list[EnqueueRow],
+) -> dict[tuple[ConflictPolicy | None, str | None], list[EnqueueRow]]:
     """The statements a write runs, keyed by (policy, merge field): one for the rows without
     a dedupe key (policy None: they cannot conflict, whatever their type's policy), one per
     policy (and merge field, for merge) for the rows with one."""
-    groups: dict[tuple[ConflictPolicy | None, str | None], list[_Row]] = {}
+    groups: dict[tuple[ConflictPolicy | None, str | None], list[EnqueueRow]] = {}
     for row in rows:
         if row.dedupe_key is None:
             key: tuple[ConflictPolicy | None, str | None] = (None, None)
@@ -425,19 +361,7 @@ def _groups(
     return groups
 
 
-def _document(rows: list[_Row]) -> str:
-    """One JSON document for all rows (read by jsonb_populate_recordset): far cheaper to send
-    than parallel arrays, which psycopg inspects element by element. Each row's payload goes
-    in as the JSON text the size limit measured, not encoded again."""
-    objects = []
-    for r in rows:
-        values = dict(zip(_NAMES, r.fields(), strict=True))
-        payload = values.pop("payload")
-        objects.append(f'{_DOCUMENT.encode(values)[:-1]},"payload":{payload}}}')
-    return f"[{','.join(objects)}]"
-
-
-async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqueued]:
+async def _write_new(conn: Connection, rows: list[EnqueueRow]) -> dict[uuid.UUID, Enqueued]:
     """Insert jobs without a dedupe key: one plain INSERT, no result rows (enqueue_one.sql
     for one job, enqueue_new.sql for more), or a COPY for many jobs without a delay
     (`_copy_new`)."""
@@ -445,9 +369,9 @@ async def _write_new(conn: Connection, rows: list[_Row]) -> dict[uuid.UUID, Enqu
         await _copy_new(conn, rows)
     else:
         if len(rows) == 1:
-            cursor = await conn.execute(_QUERIES.enqueue_one, _parameters(rows[0]))
+            cursor = await conn.execute(_QUERIES.enqueue_one, enqueue_row.parameters(rows[0]))
         else:
-            cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": _document(rows)})
+            cursor = await conn.execute(_QUERIES.enqueue_new, {"jobs": enqueue_row.document(rows)})
         _check_inserted(cursor.rowcount, len(rows))
     return {row.id: Enqueued(row.id, EnqueueOutcome.CREATED, row.revision) for row in rows}
 
@@ -460,18 +384,13 @@ def _check_inserted(rowcount: int, expected: int) -> None:
         raise RuntimeError(f"enqueue inserted {rowcount} of {expected} jobs")
 
 
-def _parameters(r: _Row) -> dict[str, Any]:
-    """One row as enqueue_one.sql's parameters."""
-    return dict(zip(_NAMES, r.fields(), strict=True))
-
-
-async def _copy_new(conn: Connection, rows: list[_Row]) -> None:
+async def _copy_new(conn: Connection, rows: list[EnqueueRow]) -> None:
     """Copy jobs without a dedupe key or delay in (enqueue_copy.sql), in one transaction (a
     savepoint inside the caller's) that first checks the pause, as the statements do.
 
     The rows go as one block of COPY text built here: psycopg's per-row `write_row` (and a
     second JSON encoding of each payload) cost more than the server's insert."""
-    block = "".join(map(_copy_line, rows))
+    block = "".join(map(enqueue_row.copy_line, rows))
     async with conn.transaction():
         if await _enqueue_paused(conn):
             raise Paused(_PAUSED)
@@ -486,73 +405,6 @@ async def _enqueue_paused(conn: Connection) -> bool:
     return control is None or bool(control["enqueue_paused"])
 
 
-def _copy_line(r: _Row) -> str:
-    """One row of enqueue_copy.sql in COPY text format (`\\N` is NULL): `_Row.fields`, but
-    the timing fields, in their order. Unpacked into one f-string rather than looped over
-    `_NAMES`: the loop costs the bulk path a tenth of its Python time. Ids, numbers and the
-    role never need an escape."""
-    (
-        id_,
-        type_,
-        payload,
-        dedupe_key,
-        revision,
-        source_key,
-        concurrency_class,
-        priority,
-        max_attempts,
-        _delay_s,
-        parent_id,
-        role,
-        _run_at,
-        fairness_key,
-        traceparent,
-    ) = r.fields()
-    return (
-        f"{id_}\t{_copy_text(type_)}\t{_copy_text(payload)}\t{_copy_text(dedupe_key)}\t"
-        f"{revision}\t{_copy_text(source_key)}\t{_copy_text(concurrency_class)}\t"
-        f"{priority}\t{max_attempts}\t{_copy_text(parent_id)}\t{role}\t"
-        f"{_copy_text(fairness_key)}\t{_copy_text(traceparent)}\n"
-    )
-
-
-def _copy_text(value: object) -> str:
-    if value is None:
-        return "\\N"
-    text = str(value)
-    # Most values need no escape; testing for one is far cheaper than str.translate.
-    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        return text.translate(_COPY_ESCAPES)
-    return text
-
-
-# One job's fields as every enqueue statement reads them: the database type
-# jobrelay_job_input_v2 (migration 0018: v1 of 0015 and traceparent), in its order, that
-# names the JSON document's keys and enqueue_one.sql's parameters; enqueue_copy.sql copies
-# them but delay_s and run_at (a copied job is available at once). A new field goes here, in
-# `_Row.fields`, `_copy_line` (its unpacking fails loudly until then) and a new version of
-# the type.
-_NAMES = (
-    "id",
-    "type",
-    "payload",
-    "dedupe_key",
-    "revision",
-    "source_key",
-    "concurrency_class",
-    "priority",
-    "max_attempts",
-    "delay_s",
-    "parent_id",
-    "role",
-    "run_at",
-    "fairness_key",
-    "traceparent",
-)
-# The document's encoder: ids and run times as their text (the payload is spliced in as is).
-_DOCUMENT = json.JSONEncoder(separators=(",", ":"), default=str)
-
-
 def _statement(policy: ConflictPolicy) -> LiteralString:
     if policy is ConflictPolicy.IGNORE:
         return _QUERIES.enqueue_ignore
@@ -560,7 +412,7 @@ def _statement(policy: ConflictPolicy) -> LiteralString:
 
 
 async def _write_policy(
-    conn: Connection, policy: ConflictPolicy, rows: list[_Row]
+    conn: Connection, policy: ConflictPolicy, rows: list[EnqueueRow]
 ) -> dict[uuid.UUID, Enqueued]:
     """Run the policy's statement for rows with a dedupe key; re-run it for inputs whose
     active job changed meanwhile."""
@@ -570,7 +422,7 @@ async def _write_policy(
         cursor = await conn.execute(_statement(policy), _policy_params(policy, todo))
         inserted, by_key = _outcomes(policy, await cursor.fetchall())
         results.update(inserted)
-        missing: list[_Row] = []
+        missing: list[EnqueueRow] = []
         for row in todo:
             if row.id in results:
                 continue
@@ -586,10 +438,10 @@ async def _write_policy(
     raise RuntimeError(f"enqueue did not settle after {_ATTEMPTS} rounds for {len(todo)} jobs")
 
 
-def _policy_params(policy: ConflictPolicy, rows: list[_Row]) -> dict[str, Any]:
+def _policy_params(policy: ConflictPolicy, rows: list[EnqueueRow]) -> dict[str, Any]:
     """The parameters of the policy's statement for `rows` (which share a merge field; None:
     supersede, for enqueue_update.sql)."""
-    params: dict[str, Any] = {"jobs": _document(rows)}
+    params: dict[str, Any] = {"jobs": enqueue_row.document(rows)}
     if policy is not ConflictPolicy.IGNORE:
         params["merge_field"] = (
             rows[0].job_type.merge_field if policy is ConflictPolicy.MERGE else None
@@ -622,12 +474,12 @@ def _outcomes(
     return inserted, by_key
 
 
-def _fold(rows: list[_Row]) -> tuple[list[_Row], dict[uuid.UUID, _Row]]:
+def _fold(rows: list[EnqueueRow]) -> tuple[list[EnqueueRow], dict[uuid.UUID, EnqueueRow]]:
     """One row per (type, dedupe key): first wins (ignore), lists unioned (merge), highest
     revision wins (supersede). Returns the folded rows and, per input id, its lead row."""
-    leads: dict[tuple[str, str], _Row] = {}
-    owner: dict[uuid.UUID, _Row] = {}
-    folded: list[_Row] = []
+    leads: dict[tuple[str, str], EnqueueRow] = {}
+    owner: dict[uuid.UUID, EnqueueRow] = {}
+    folded: list[EnqueueRow] = []
     for row in rows:
         key = row.key
         lead = leads.get(key) if key is not None else None
