@@ -20,7 +20,8 @@ from bench.batches_common import environment
 from jobrelay.aws.clients import AwsEndpoint, sqs_client
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.batches.service import BatchService
 
 ITEMS = 2_000

@@ -18,7 +18,8 @@ from bench.batches_common import environment
 from jobrelay.auth.tenancy import Tenancy
 from jobrelay.aws.sender import OutgoingMessage, SendResult
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.batches.service import BatchService
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS

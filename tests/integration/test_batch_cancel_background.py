@@ -18,7 +18,8 @@ from jobrelay.aws.sender import OutgoingMessage, SendResult
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches.counts import recount_batch
 from jobrelay.batches.outbox import _settle_step, settle_cancels
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.pool import Connection, open_pool, transaction
 from jobrelay.domain.batch_status import BatchCounts
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook

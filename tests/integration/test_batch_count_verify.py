@@ -12,7 +12,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.aws.sender import OutgoingMessage, SendResult
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, page_items
 from tests.harness import ApiHarness, run_cli

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobrelay.batches.relay import RelayMetrics
+from jobrelay.batches.relay_metrics import RelayMetrics
 from jobrelay.jobs.metrics import WorkerMetrics
 from tests.harness import ApiHarness
 

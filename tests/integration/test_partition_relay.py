@@ -24,7 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.aws.sqs_sender import SqsSender
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, page_items
 from tests.harness import ApiHarness, AwsTestResources

@@ -19,8 +19,11 @@ from jobrelay.aws.emulator import free_port
 from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches import outbox
+from jobrelay.batches.chunking import chunk_messages
 from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.relay import LEASE_EXPIRED_ERROR, Relay, RelayConfig, chunk_messages
+from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.pool import Connection
 from tests.batch_support import create_batch, drain, outcome, page_items, post_webhook
 from tests.harness import ApiHarness, AwsTestResources

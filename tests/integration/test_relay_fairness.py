@@ -15,7 +15,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.pool import Connection
 from jobrelay.domain.fair_dispatch import parse_organization_weights
 from tests.batch_support import create_batch, outcome, page_items, post_webhook

@@ -21,7 +21,8 @@ from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.aws.sender import MessageSender, OutgoingMessage, SendResult
 from jobrelay.aws.sqs_sender import SqsSender
 from jobrelay.batches import outbox
-from jobrelay.batches.relay import Relay, RelayConfig
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.db.isolate import write_in_savepoints
 from jobrelay.db.pool import Connection, transaction
 from tests.batch_support import create_batch, drain, page_items

@@ -9,7 +9,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
 from jobrelay.batches.creation import BatchLimits
-from jobrelay.batches.relay import RelayConfig
+from jobrelay.batches.relay_config import RelayConfig
 from jobrelay.bootstrap import jobs_registry, worker_config
 from jobrelay.bootstrap.database import bounded_dsn
 from jobrelay.cli.main import _setting_error
@@ -58,7 +58,24 @@ def test_webhook_secrets_are_comma_separated(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("JOBRELAY_API_PORT", "70000"), ("JOBRELAY_SQS_MESSAGE_LIMIT_BYTES", "2000000")],
+    [
+        ("JOBRELAY_API_PORT", "70000"),
+        ("JOBRELAY_SQS_MESSAGE_LIMIT_BYTES", "2000000"),
+        # The relay's bounds are stated only here (RelayConfig no longer re-checks them).
+        ("JOBRELAY_RELAY_LEASE_S", "0"),
+        ("JOBRELAY_RELAY_CLAIM_SIZE", "0"),
+        ("JOBRELAY_RELAY_CLAIM_SIZE", "10001"),
+        ("JOBRELAY_RELAY_WORKERS", "0"),
+        ("JOBRELAY_RELAY_MAX_IN_FLIGHT", "0"),
+        ("JOBRELAY_RELAY_POLL_INTERVAL_S", "0"),
+        ("JOBRELAY_RELAY_RETRY_DELAY_S", "-1"),
+        ("JOBRELAY_RELAY_ORG_WINDOW", "0"),
+        ("JOBRELAY_RELAY_ORG_WEIGHTS", "42=0"),
+        ("JOBRELAY_RELAY_IN_FLIGHT_EXPIRY_S", "0"),
+        ("JOBRELAY_RELAY_WINDOW_POLL_S", "0"),
+        ("JOBRELAY_RELAY_LOCK_TIMEOUT_S", "0"),
+        ("JOBRELAY_RELAY_SEND_TIMEOUT_S", "0"),
+    ],
 )
 def test_out_of_range_values_name_the_setting(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str

@@ -3,7 +3,7 @@
 Contract (every implementation keeps it; the relay and the Code2WF dispatch rely on it):
 - `send_batch` takes at most `MAX_ENTRIES` messages whose bodies (plus attributes) fit the
   queue's byte limit together; splitting larger sets is the caller's job (the relay's
-  `chunk_messages`).
+  `jobrelay.batches.chunking.chunk_messages`).
 - Each message succeeds or fails on its own. The answer names every message exactly once:
   `accepted` maps its `item_id` to the queue's message id, `failed` to a short reason.
 - A call that fails as a whole raises: nothing is known to have been accepted. When the

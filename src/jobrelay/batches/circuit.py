@@ -3,10 +3,10 @@
 Closed, the relay claims and sends as usual. A send that finds the endpoint unreachable (a
 connection error, no answer within the send timeout, a 5xx or throttling answer: an outage,
 not a refusal of the message) opens it: the items of that send are given back without
-counting the attempt, and the relay's workers stop claiming. While it is open one worker at
-a time probes, after a capped backoff: it claims one item and sends it with a short
-timeout. The first probe (or any send) that is accepted closes the circuit and every worker
-claims again. Each change of state is one log line with the endpoint and the last error;
+counting the attempt, and the relay's send loops stop claiming. While it is open one send
+loop at a time probes, after a capped backoff: it claims one item and sends it with a short
+timeout. The first probe (or any send) that is accepted closes the circuit and every send
+loop claims again. Each change of state is one log line with the endpoint and the last error;
 nothing is logged per probe.
 """
 
@@ -33,7 +33,7 @@ class Circuit:
         self.endpoint = endpoint
         self.backoff = backoff
         self.turn = asyncio.Lock()
-        """Held by the worker that probes; the others wait for it and find the result."""
+        """Held by the send loop that probes; the others wait for it and find the result."""
         self._opened_at: float | None = None
         self._failures = 0
         self.last_error: str | None = None

@@ -1,8 +1,10 @@
 """The batch relay: delivers the durable outbox messages of `batch_item` to SQS.
 
-The relay is the pump: its loop, the chunks of a pass, the sends through a
-`jobrelay.aws.sender.MessageSender` and the metrics. Every write it makes is a transition of
-`jobrelay.batches.outbox` (claim, record, retry, fail, sweep, settle cancels).
+The relay is the pump: its send loops, the passes and the sends through a
+`jobrelay.aws.sender.MessageSender`. Its configuration is `jobrelay.batches.relay_config`, its
+metrics `jobrelay.batches.relay_metrics` and the split of a pass into calls
+`jobrelay.batches.chunking`. Every write it makes is a transition of `jobrelay.batches.outbox`
+(claim, record, retry, fail, sweep, settle cancels).
 
 Contract (DESIGN.md section 4, seed 000):
 - A claim is one statement: due items (not dispatched, not cancelled, not failed, not
@@ -27,12 +29,12 @@ Contract (DESIGN.md section 4, seed 000):
   fails an item or counts an attempt (`lock_timeout_s` bounds every other wait;
   `jobrelay_relay_rows_deferred_total` counts the rows held back).
 - Delivery is at least once: a relay that dies after SQS accepted a message and before the
-  record leaves the item to be sent again when its lease expires. Workers and the webhook
-  are idempotent on the child id.
+  record leaves the item to be sent again when its lease expires. SQS workers and the
+  webhook are idempotent on the child id.
 - An outage of the queue endpoint fails no item (issue 24): a send that cannot reach it or
   gets no answer within `send_timeout_s` gives its items back without counting the attempt
   and opens the relay's circuit (`jobrelay.batches.circuit`): no claims, one probe of one
-  item at a time with a capped backoff, and every worker resumes when a probe is accepted.
+  item at a time with a capped backoff, and every send loop resumes when a probe is accepted.
 
 Fair dispatch (issue 17): each organization may hold `window` items in flight (times its
 weight): claimed or sent, child not yet terminal (`batch_item.settled_at`, set by a trigger
@@ -40,12 +42,13 @@ when the child completes or fails). A claim serves every organization with room,
 proportion to its weight, oldest batch first within one; the rest waits in the outbox, not in
 SQS, so a small batch submitted behind a large one of another organization goes out on the
 next claim. Claims take turns on an advisory lock (one short transaction each) so the window
-is exact across relays and workers. When organizations with waiting work are at their window,
-an idle worker looks again after `window_poll_s` (settling items sends no NOTIFY).
+is exact across relays and their send loops. When organizations with waiting work are at
+their window, an idle send loop looks again after `window_poll_s` (settling items sends no
+NOTIFY).
 
-The loop is woken by `NOTIFY jobrelay_batch_items` (sent by batch creation; received by the
-`db.listen.NotifyListener` the jobs worker uses too, which also wakes the relay after each
-reconnect) and polls every `poll_interval_s` otherwise (lease expiries, retries, missed
+The send loops are woken by `NOTIFY jobrelay_batch_items` (sent by batch creation; received
+by the `db.listen.NotifyListener` the jobs worker uses too, which also wakes the relay after
+each reconnect) and poll every `poll_interval_s` otherwise (lease expiries, retries, missed
 notifications). The sweep runs every `poll_interval_s` as a `jobrelay.loops.Periodic`.
 """
 
@@ -55,169 +58,31 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from jobrelay import tracing
-from jobrelay.aws.sender import MAX_ENTRIES, MessageSender, OutgoingMessage, QueueUnreachable
+from jobrelay.aws.sender import MessageSender, OutgoingMessage, QueueUnreachable
 from jobrelay.batches import outbox
+from jobrelay.batches.chunking import chunk_messages
 from jobrelay.batches.circuit import Circuit
-from jobrelay.batches.creation import ATTRIBUTE_BYTES
-from jobrelay.batches.outbox import LEASE_EXPIRED_ERROR, ClaimLimits, Outcomes
+from jobrelay.batches.outbox import Outcomes
+from jobrelay.batches.relay_config import RelayConfig
+from jobrelay.batches.relay_metrics import RelayMetrics
 from jobrelay.batches.verify import verify_sample
 from jobrelay.db.listen import NotifyListener
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 from jobrelay.domain.batch_status import MAX_DISPATCH_ATTEMPTS
 from jobrelay.loops import LOOP_BACKOFF, Health, Loop, Periodic
-from jobrelay.settings import RelaySettings, SqsSettings
 
 _SQL = Queries("jobrelay.batches")
 log = structlog.get_logger("jobrelay.relay")
 
-__all__ = ["LEASE_EXPIRED_ERROR", "PassResult", "Relay", "RelayConfig", "RelayMetrics"]
-
-
-@dataclass
-class RelayMetrics:
-    """Prometheus metrics of one relay process (its own registry, served by the CLI)."""
-
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-    def __post_init__(self) -> None:
-        r = self.registry
-        self.claimed = Counter(
-            "jobrelay_relay_claimed", "Items claimed (dispatch attempts started)", registry=r
-        )
-        self.sent = Counter("jobrelay_relay_items_sent", "Items accepted by SQS", registry=r)
-        self.failed_attempts = Counter(
-            "jobrelay_relay_failed_attempts", "Dispatch attempts that failed", registry=r
-        )
-        self.terminal_failures = Counter(
-            "jobrelay_relay_terminal_failures",
-            "Items failed for good (third failed attempt or expired last claim)",
-            ["reason"],
-            registry=r,
-        )
-        self.lost_claims = Counter(
-            "jobrelay_relay_lost_claims",
-            "Sends whose claim was taken over before they were recorded",
-            registry=r,
-        )
-        self.count_drift = Counter(
-            "jobrelay_batch_count_drift",
-            "Batches whose kept counts differed from the recount (then repaired)",
-            registry=r,
-        )
-        self.given_back = Counter(
-            "jobrelay_relay_given_back",
-            "Claimed items given back uncounted because the queue was unreachable",
-            registry=r,
-        )
-        self.rows_deferred = Counter(
-            "jobrelay_relay_rows_deferred",
-            "Row writes left for a later round because another transaction held a lock they "
-            "need (counted each round they wait)",
-            ["write"],
-            registry=r,
-        )
-        self.rows_unstorable = Counter(
-            "jobrelay_relay_rows_unstorable",
-            "Final failures whose reason PostgreSQL refused (split out of their batch and "
-            "failed with a reason saying so)",
-            registry=r,
-        )
-        self.circuit_open = Gauge(
-            "jobrelay_relay_circuit_open",
-            "1 while the relay's circuit on the queue endpoint is open",
-            registry=r,
-        )
-        self.claim_to_send = Histogram(
-            "jobrelay_relay_claim_to_send_seconds",
-            "Time from the claim's commit to SQS accepting the item",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RelayConfig:
-    lease_s: float = 90.0
-    claim_size: int = 100
-    workers: int = 4
-    max_in_flight: int = 16
-    poll_interval_s: float = 1.0
-    retry_delay_s: float = 2.0
-    message_limit_bytes: int = 256 * 1024
-    send_timeout_s: float = 10.0
-    probe_timeout_s: float = 1.0
-    window: int = 200
-    weights: tuple[tuple[int, float], ...] = ()
-    in_flight_expiry_s: float = 900.0
-    window_poll_s: float = 0.05
-    verify_interval_s: float = 60.0
-    verify_sample: int = 5
-    lock_timeout_s: float = 0.3
-
-    @property
-    def claim_limits(self) -> ClaimLimits:
-        """What each claim of this relay may take."""
-        return ClaimLimits(
-            limit=self.claim_size,
-            lease_s=self.lease_s,
-            window=self.window,
-            weights=self.weights,
-            in_flight_expiry_s=self.in_flight_expiry_s,
-        )
-
-    def __post_init__(self) -> None:
-        if self.lease_s <= 0:
-            raise ValueError(f"lease_s must be positive, got {self.lease_s}")
-        if self.claim_size < 1:
-            raise ValueError(f"claim_size must be at least 1, got {self.claim_size}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
-        if self.max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be at least 1, got {self.max_in_flight}")
-        if self.poll_interval_s <= 0:
-            raise ValueError(f"poll_interval_s must be positive, got {self.poll_interval_s}")
-        if self.retry_delay_s < 0:
-            raise ValueError(f"retry_delay_s must not be negative, got {self.retry_delay_s}")
-        if self.window < 1:
-            raise ValueError(f"window must be at least 1, got {self.window}")
-        for organization_id, weight in self.weights:
-            if not weight > 0:
-                raise ValueError(f"weight of organization {organization_id} must be positive")
-        if self.in_flight_expiry_s <= 0:
-            raise ValueError(f"in_flight_expiry_s must be positive, got {self.in_flight_expiry_s}")
-        if self.window_poll_s <= 0:
-            raise ValueError(f"window_poll_s must be positive, got {self.window_poll_s}")
-        if not self.lock_timeout_s > 0:
-            raise ValueError(f"lock_timeout_s must be positive, got {self.lock_timeout_s}")
-
-    @classmethod
-    def from_settings(cls, relay: RelaySettings, sqs: SqsSettings) -> RelayConfig:
-        """The relay's configuration from its settings group and the queue's message limit."""
-        return cls(
-            lease_s=relay.lease_s,
-            send_timeout_s=relay.send_timeout_s,
-            claim_size=relay.claim_size,
-            workers=relay.workers,
-            max_in_flight=relay.max_in_flight,
-            poll_interval_s=relay.poll_interval_s,
-            retry_delay_s=relay.retry_delay_s,
-            message_limit_bytes=sqs.message_limit_bytes,
-            window=relay.org_window,
-            weights=relay.organization_weights(),
-            in_flight_expiry_s=relay.in_flight_expiry_s,
-            window_poll_s=relay.window_poll_s,
-            lock_timeout_s=relay.lock_timeout_s,
-        )
+__all__ = ["PassResult", "Relay"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,31 +99,6 @@ class PassResult:
     """Items not sent because the queue was unreachable, given back uncounted."""
     deferred: int = 0
     """Outcomes (of this pass or earlier ones) left for a later round by a lock."""
-
-
-def message_bytes(message: OutgoingMessage) -> int:
-    """What SQS counts of one message against the call's limit: its UTF-8 body and the
-    allowance for its attributes."""
-    return len(message.body.encode("utf-8")) + ATTRIBUTE_BYTES
-
-
-def chunk_messages(
-    messages: Sequence[OutgoingMessage], *, byte_limit: int
-) -> list[list[OutgoingMessage]]:
-    """Split into `SendMessageBatch` calls: at most ten entries and `byte_limit` bytes each."""
-    chunks: list[list[OutgoingMessage]] = []
-    current: list[OutgoingMessage] = []
-    size = 0
-    for message in messages:
-        message_size = message_bytes(message)
-        if current and (len(current) == MAX_ENTRIES or size + message_size > byte_limit):
-            chunks.append(current)
-            current, size = [], 0
-        current.append(message)
-        size += message_size
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 class Relay:
@@ -288,8 +128,8 @@ class Relay:
         self._generation = 0
         # Outcomes a lock held back, written with the next pass's (or on the next poll).
         self._deferred = Outcomes()
-        # Workers' passes share one health: a database or SQS outage is one line when the
-        # passes start failing and one when they succeed again, however many workers run.
+        # The send loops' passes share one health: a database or SQS outage is one line when
+        # the passes start failing and one when they succeed again, however many loops run.
         self._passes = Health("relay-pass", backoff=LOOP_BACKOFF)
         self.sweeper = Periodic(
             name="relay-sweeper", interval_s=self._config.poll_interval_s, run=self.sweep
@@ -477,7 +317,7 @@ class Relay:
         self, chunk: list[OutgoingMessage], claimed_at: float, timeout_s: float
     ) -> tuple[dict[str, str], str | None]:
         """`_send_chunk`, each message in a send span of its own when tracing: a child of
-        its batch's context, whose own context the message carries to the worker."""
+        its batch's context, whose own context the message carries to the SQS worker."""
         if not tracing.enabled():
             return await self._send_chunk(chunk, claimed_at, timeout_s)
         spans = [
@@ -532,18 +372,18 @@ class Relay:
                 self.metrics.claim_to_send.observe(elapsed)
         return failed, None
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- the send loops -------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run workers, the sweeper and the NOTIFY listener until `stop` is set; passes in
-        progress finish (and record) before this returns."""
+        """Run the send loops, the sweeper and the NOTIFY listener until `stop` is set;
+        passes in progress finish (and record) before this returns."""
         background: list[Loop] = [self.sweeper, self.verifier]
         if self.listener is not None:
             background.insert(0, self.listener)
         for loop in background:
             await loop.start()
         tasks = [
-            asyncio.create_task(self._worker(stop), name=f"relay-worker-{i}")
+            asyncio.create_task(self._send_loop(stop), name=f"relay-send-{i}")
             for i in range(self._config.workers)
         ]
         log.info("relay.started", workers=self._config.workers, lease_s=self._config.lease_s)
@@ -558,7 +398,8 @@ class Relay:
                     await self.flush_deferred()
             log.info("relay.stopped", deferred=len(self._deferred))
 
-    async def _worker(self, stop: asyncio.Event) -> None:
+    async def _send_loop(self, stop: asyncio.Event) -> None:
+        """Claim, send and record pass after pass; probe instead while the circuit is open."""
         while not stop.is_set():
             if self.circuit.is_open:
                 await self._probe(stop)
@@ -575,13 +416,13 @@ class Relay:
         try:
             result = await self.run_once(probe=probe)
         except Exception as exc:
-            self._passes.failed(exc)  # the worker idles one poll interval, then retries
+            self._passes.failed(exc)  # the send loop idles one poll interval, then retries
             return PassResult()
         self._passes.ok()
         return result
 
     async def _probe(self, stop: asyncio.Event) -> None:
-        """While the circuit is open, one worker at a time waits the circuit's backoff and
+        """While the circuit is open, one send loop at a time waits the circuit's backoff and
         sends one item; the others wait for their turn and find the circuit's new state."""
         async with self.circuit.turn:
             if not self.circuit.is_open or stop.is_set():
@@ -608,7 +449,7 @@ class Relay:
             task.cancel()
 
     def wake(self) -> None:
-        """Make idle workers claim now (called on NOTIFY)."""
+        """Make idle send loops claim now (called on NOTIFY)."""
         self._generation += 1
         self._wakeup.set()
         self._wakeup.clear()

@@ -9,7 +9,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from jobrelay.aws.clients import AwsEndpoint
 from jobrelay.aws.sqs_sender import SqsSender
-from jobrelay.batches.relay import Relay, RelayConfig, RelayMetrics
+from jobrelay.batches.relay import Relay
+from jobrelay.batches.relay_config import RelayConfig
+from jobrelay.batches.relay_metrics import RelayMetrics
 from jobrelay.bootstrap.database import listen_conninfo
 from jobrelay.bootstrap.errors import StartupError
 from jobrelay.bootstrap.local_stack import aws_endpoint
