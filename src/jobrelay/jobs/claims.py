@@ -44,6 +44,7 @@ from jobrelay.domain.storable import storable_text
 from jobrelay.jobs import traces
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.workflows import release as steps_release
 
 _QUERIES = Queries("jobrelay.jobs")
 # Characters of an error message kept on the job and its attempt.
@@ -258,6 +259,7 @@ class Settled:
 
     statuses: dict[uuid.UUID, Completion] = field(default_factory=dict)
     parents_ended: dict[uuid.UUID, str] = field(default_factory=dict)
+    steps_released: int = 0  # workflow steps whose last dependency ended here
 
 
 async def lock_parents(conn: Connection, parent_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
@@ -304,12 +306,20 @@ async def settle_many(
     if not done:
         return settled
     parents = [d.job.parent_id for d in done if d.job.parent_id is not None]
-    completing = [d for d in done if d.failure is None]
-    failing = [d for d in done if d.failure is not None]
+    steps = [d.job.id for d in done if d.job.workflow_id is not None]
     async with bounded_transaction(
-        conn, needed=bool(parents) or outputs is not None, lock_timeout_s=lock_timeout_s
+        conn,
+        needed=bool(parents) or bool(steps) or outputs is not None,
+        lock_timeout_s=lock_timeout_s,
     ):
         locked = await lock_parents(conn, parents)
+        # A step whose dependent another transaction holds ends on a later try.
+        waiting = await steps_release.lock_dependents(conn, steps)
+        for d in done:
+            if d.job.id in waiting:
+                settled.statuses[d.job.id] = Completion.DEFERRED
+        completing = [d for d in done if d.failure is None and d.job.id not in waiting]
+        failing = [d for d in done if d.failure is not None and d.job.id not in waiting]
         if completing:
             settled.statuses.update(await _complete(conn, completing, locked))
         if failing:
@@ -325,6 +335,14 @@ async def settle_many(
         if ended:
             failpoints.hit("child.before_reconcile")
             settled.parents_ended = await reconcile_parents(conn, ended)
+        steps_ended = {
+            d.job.id: settled.statuses[d.job.id] is Completion.COMPLETED
+            for d in done
+            if d.job.workflow_id is not None
+            and settled.statuses[d.job.id] in (Completion.COMPLETED, Completion.FAILED)
+        }
+        if steps_ended:
+            settled.steps_released = await steps_release.release_dependents(conn, steps_ended)
     return settled
 
 

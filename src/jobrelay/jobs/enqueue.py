@@ -313,6 +313,14 @@ class Enqueuer:
                     raise Paused(_PAUSED)
         return results
 
+    async def insert_new(self, conn: Connection, rows: list[EnqueueRow]) -> None:
+        """Insert prepared rows without a dedupe key (they cannot conflict, so no policy
+        applies), in one statement or a COPY; for rows a caller completed itself (the steps
+        of a workflow). Raises `Paused` when enqueueing is paused."""
+        if any(row.dedupe_key is not None for row in rows):
+            raise ValueError("insert_new takes rows without a dedupe key")
+        await _write_new(conn, rows)
+
     async def _write(self, conn: Connection, rows: list[EnqueueRow]) -> list[Enqueued]:
         results: dict[uuid.UUID, Enqueued] = {}
         for (policy, _), part in _groups(rows).items():

@@ -38,7 +38,7 @@ class InputField:
     plain: bool = False
 
 
-INPUT_TYPE = "jobrelay_job_input_v2"
+INPUT_TYPE = "jobrelay_job_input_v3"
 INPUT_FIELDS = (
     InputField("id", "uuid", plain=True),
     InputField("type", "text"),
@@ -55,6 +55,7 @@ INPUT_FIELDS = (
     InputField("run_at", "timestamp with time zone", copied=False),
     InputField("fairness_key", "text"),
     InputField("traceparent", "text"),
+    InputField("workflow_id", "uuid"),
 )
 NAMES = tuple(f.name for f in INPUT_FIELDS)
 COPY_NAMES = tuple(f.name for f in INPUT_FIELDS if f.copied)
@@ -111,6 +112,7 @@ class EnqueueRow:
     # `payload`.
     payload_json: str | None = None
     traceparent: str | None = None  # the enqueue's trace context (`jobs.traces`)
+    workflow_id: uuid.UUID | None = None  # the workflow it is a step of (`jobs.workflows`)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -148,6 +150,7 @@ class EnqueueRow:
             self.run_at,
             self.fairness_key,
             self.traceparent,
+            self.workflow_id,
         )
 
 

@@ -13,6 +13,8 @@ iterations, errors and rows acted on, so tests poll events instead of sleeping.
 * `LeaseRescuer`: expired leases back to pending (or failed `lease_expired`).
 * `ParentReconciler`: ends waiting parents whose children are all terminal (a repair: the
   last child's transaction normally does it).
+* `StepReconciler`: releases held workflow steps whose dependencies all ended by a path
+  that does not count endings (a repair, like the parent reconciler's).
 * `UnservedSweeper`: fails pending jobs of a type no worker has served for a while.
 * `Pruner`: applies the retention of finished jobs (`jobs.retention`: partitions created
   ahead, dropped when due; jobs finished in place moved out of `jobs`).
@@ -35,6 +37,7 @@ from jobrelay.jobs import claims, retention
 from jobrelay.jobs.buffer import Buffer
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.retention import Retention, RetentionPass
+from jobrelay.jobs.workflows import release
 from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
@@ -65,6 +68,21 @@ class LeaseRescuer(_PoolLoop):
         if rescued:
             log.info("rescued %d jobs with expired leases", len(rescued))
         return len(rescued)
+
+
+class StepReconciler(_PoolLoop):
+    """Releases (or ends) held workflow steps none of whose dependencies is active: the
+    repair for an ending that did not count itself (a rescue, a cancel, an old release)."""
+
+    name = "step-reconciler"
+    default_limit = 500
+
+    async def run_once(self) -> int:
+        async with self._pool.connection() as conn:
+            found = await release.reconcile_stuck(conn, limit=self._limit)
+        if found:
+            log.warning("reconciler released or ended %d held workflow steps", found)
+        return found
 
 
 class ParentReconciler(_PoolLoop):

@@ -35,6 +35,7 @@ class ClaimedJob:
     concurrency_class: str
     parent_id: uuid.UUID | None
     traceparent: str | None = None
+    workflow_id: uuid.UUID | None = None  # the workflow it is a step of (`jobs.workflows`)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClaimedJob:
@@ -50,6 +51,7 @@ class ClaimedJob:
             concurrency_class=row["concurrency_class"],
             parent_id=row["parent_id"],
             traceparent=row.get("traceparent"),
+            workflow_id=row.get("workflow_id"),
         )
 
 

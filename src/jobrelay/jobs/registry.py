@@ -37,6 +37,8 @@ from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest
 from jobrelay.jobs.schedules import Schedule
+from jobrelay.jobs.workflows import release
+from jobrelay.jobs.workflows.release import DependencyResult
 
 
 class RegistryError(RuntimeError):
@@ -82,6 +84,17 @@ class JobContext(Generic[P]):
         if self.children is None:
             raise RuntimeError("this job context cannot enqueue (no enqueuer was given)")
         return await self.children(conn, requests)
+
+    async def dependency_results(self) -> dict[str, DependencyResult]:
+        """For a workflow step: each dependency by step name, with its end (`completed`,
+        or for a step whose policy is `run`, `failed`, `cancelled` or `skipped`), its
+        result and its error. Empty for a job that is no step."""
+        if self.job.workflow_id is None:
+            return {}
+        if self.pool is None:
+            raise RuntimeError("this job context has no pool to read dependencies with")
+        async with self.pool.connection() as conn:
+            return await release.dependency_results(conn, self.job.id)
 
 
 Handler = Callable[[JobContext[Any]], Awaitable[Outcome]]

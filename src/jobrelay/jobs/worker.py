@@ -17,7 +17,8 @@ One `Worker` per process, made of three parts and the loops around them:
   (id, slots per class, global caps) every lease/3 (`jobs.presence`); the row is deleted
   when the worker stops claiming on a clean stop. Diagnoses read it ("no worker serves
   this class").
-* `LeaseRescuer`, `ParentReconciler`, `Pruner`, the declared sweeps: see `maintenance.py`.
+* `LeaseRescuer`, `ParentReconciler`, `StepReconciler`, `Pruner`, the declared sweeps: see
+  `maintenance.py`.
 * `ScheduleTicker` (when schedules are declared): see `ticker.py`.
 
 Every loop has the one shape of `jobrelay.loops` (validated keyword-only construction,
@@ -56,6 +57,7 @@ from jobrelay.jobs.maintenance import (
     LeaseRescuer,
     ParentReconciler,
     Pruner,
+    StepReconciler,
     UnservedSweeper,
 )
 from jobrelay.jobs.metrics import WorkerMetrics
@@ -159,6 +161,7 @@ class Worker:
         )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
+        self.step_reconciler = StepReconciler(pool=pool, interval_s=config.reconcile_interval_s)
         # Checked a few times within the grace, at most every minute (a skip scan per type).
         self.unserved = UnservedSweeper(
             pool=pool,
@@ -216,6 +219,7 @@ class Worker:
             self.keeper,
             self.rescuer,
             self.reconciler,
+            self.step_reconciler,
             self.unserved,
             *self.sweeps,
         ]

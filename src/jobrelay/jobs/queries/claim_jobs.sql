@@ -381,4 +381,4 @@ WHERE jobs.id = picked.id
 RETURNING
     jobs.id, jobs.type, jobs.payload, jobs.revision, jobs.claim_token, jobs.attempt_count,
     jobs.max_attempts, jobs.source_key, jobs.concurrency_class, jobs.parent_id, jobs.claimed_at,
-    jobs.traceparent
+    jobs.traceparent, jobs.workflow_id

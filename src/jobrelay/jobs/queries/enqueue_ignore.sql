@@ -9,17 +9,17 @@ WITH control AS (
     SELECT enqueue_paused FROM jobs_control
 ),
 input AS (
-    SELECT * FROM jsonb_populate_recordset(NULL::jobrelay_job_input_v2, %(jobs)s::jsonb)
+    SELECT * FROM jsonb_populate_recordset(NULL::jobrelay_job_input_v3, %(jobs)s::jsonb)
 ),
 written AS (
     INSERT INTO jobs (
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
-        max_attempts, available_at, parent_id, role, fairness_key, traceparent
+        max_attempts, available_at, parent_id, role, fairness_key, traceparent, workflow_id
     )
     SELECT
         id, type, payload, dedupe_key, revision, source_key, concurrency_class, priority,
         max_attempts, jobrelay_job_available_at_v1(run_at, delay_s), parent_id, role,
-        fairness_key, traceparent
+        fairness_key, traceparent, workflow_id
     FROM input
     WHERE NOT (SELECT enqueue_paused FROM control)
     ON CONFLICT (type, dedupe_key)

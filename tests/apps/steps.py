@@ -1,0 +1,62 @@
+"""Job types for the workflow suites (`jobrelay worker --app tests.apps.steps:job_types`):
+`wf.emit` returns its value, `wf.sum` adds up its dependencies' values and records what it
+saw (its first attempt may be held up, for a kill), `wf.fail` fails permanently. Each run
+is recorded in `wf_runs` when a test created that table, so a test counts runs per step
+from an audit, not from end states."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from jobrelay import Complete, Fail, JobContext, JobPayload, JobTypes, Outcome
+
+job_types = JobTypes()
+
+
+class Emit(JobPayload):
+    value: int = 0
+
+
+class Sum(JobPayload):
+    hold_s: float = 0.0  # on its first attempt, run this long (a worker can be killed meanwhile)
+
+
+class Fails(JobPayload):
+    message: str = "this step fails"
+
+
+async def _record(ctx: JobContext[Any], seen: dict[str, Any]) -> None:
+    assert ctx.pool is not None
+    async with ctx.pool.connection() as conn:
+        exists = await conn.execute("SELECT to_regclass('wf_runs') IS NOT NULL AS found")
+        found = await exists.fetchone()
+        if found is not None and found["found"]:
+            await conn.execute(
+                "INSERT INTO wf_runs (job_id, attempt, seen) VALUES (%s, %s, %s::jsonb)",
+                (ctx.job.id, ctx.job.attempt_count, json.dumps(seen)),
+            )
+
+
+@job_types.job_type("wf.emit")
+async def emit(ctx: JobContext[Emit]) -> Outcome:
+    await _record(ctx, {})
+    return Complete(result={"value": ctx.payload.value})
+
+
+@job_types.job_type("wf.sum")
+async def add_up(ctx: JobContext[Sum]) -> Outcome:
+    dependencies = await ctx.dependency_results()
+    seen = {name: d.status for name, d in dependencies.items()}
+    await _record(ctx, seen)
+    if ctx.job.attempt_count == 1 and ctx.payload.hold_s:
+        await asyncio.sleep(ctx.payload.hold_s)
+    total = sum(int((d.result or {}).get("value", 0)) for d in dependencies.values())
+    return Complete(result={"value": total, "seen": seen})
+
+
+@job_types.job_type("wf.fail")
+async def fails(ctx: JobContext[Fails]) -> Outcome:
+    await _record(ctx, {})
+    return Fail(ctx.payload.message)
