@@ -26,6 +26,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
 from jobrelay.jobs.completer import Completer
+from jobrelay.jobs.counters import WorkerCounters
 from jobrelay.jobs.enqueue import EnqueueRequest
 from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
@@ -149,7 +150,10 @@ async def test_a_batch_postgresql_refuses_is_split_and_only_the_bad_row_fails(
     assert len(claimed) == 12
     stats, metrics = WorkerStats(), WorkerMetrics()
     completer = Completer(
-        pool=pool, config=WorkerConfig(), stats=stats, metrics=metrics, freed=lambda: None
+        pool=pool,
+        config=WorkerConfig(),
+        counters=WorkerCounters(stats, metrics),
+        freed=lambda: None,
     )
     bad = claimed[5]
     completer.start()

@@ -6,7 +6,7 @@ metrics `jobrelay.batches.relay_metrics` and the split of a pass into calls
 `jobrelay.batches.chunking`. Every write it makes is a transition of `jobrelay.batches.outbox`
 (claim, record, retry, fail, sweep, settle cancels).
 
-Contract (DESIGN.md section 4, seed 000):
+Contract (seed 000; docs/explanation/batches.md, "Relay guarantees"):
 - A claim is one statement: due items (not dispatched, not cancelled, not failed, not
   deleted, lease free or expired, fewer than three attempts) are locked with `FOR NO KEY
   UPDATE SKIP LOCKED`, leased for `lease_s` (90 s) and their `dispatch_attempts`

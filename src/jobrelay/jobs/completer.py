@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -47,10 +47,10 @@ from jobrelay.domain.storable import unstorable
 from jobrelay.jobs import claims
 from jobrelay.jobs.buffer import Buffer
 from jobrelay.jobs.claims import Completion, Done, Failure
+from jobrelay.jobs.counters import WorkerCounters
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.metrics import WorkerMetrics
-from jobrelay.jobs.models import ClaimedJob
-from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
+from jobrelay.jobs.models import ClaimedJob, frees_claims
+from jobrelay.jobs.worker_config import WorkerConfig
 from jobrelay.loops import Backoff, Health
 
 # A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
@@ -66,49 +66,6 @@ _FLUSH_BACKOFF = Backoff(base_s=0.1, cap_s=2.0)
 _DEFERRED_BACKOFF = Backoff(base_s=0.05, cap_s=0.5)
 
 
-def frees_claims(job: ClaimedJob, capped: Collection[str]) -> bool:
-    """Whether recording this job's end can make another job claimable: the next job of
-    its source, or a slot of a globally capped class (`capped`)."""
-    return job.source_key is not None or job.concurrency_class in capped
-
-
-def count_lost(stats: WorkerStats, metrics: WorkerMetrics) -> None:
-    """Count one job whose claim this worker lost (nothing of it was written)."""
-    stats.lease_lost += 1
-    metrics.lease_lost.inc()
-
-
-def count_completion(
-    stats: WorkerStats, metrics: WorkerMetrics, job: ClaimedJob, status: Completion
-) -> None:
-    """Count what recording a completion did: completed, requeued (its revision moved on)
-    or nothing (the claim was lost)."""
-    if status is Completion.COMPLETED:
-        stats.completed += 1
-        metrics.completed.labels(job.type).inc()
-    elif status is Completion.REQUEUED:
-        stats.requeued += 1
-    elif status is Completion.FAILED:
-        stats.failed += 1
-        metrics.failed.labels(job.type).inc()
-    elif status is Completion.DEFERRED:
-        count_deferred(stats, metrics, "complete")
-    else:
-        count_lost(stats, metrics)
-
-
-def count_deferred(stats: WorkerStats, metrics: WorkerMetrics, write: str) -> None:
-    """Count one write left for the next try because another transaction locks its row."""
-    stats.deferred += 1
-    metrics.rows_deferred.labels(write).inc()
-
-
-def count_refused(stats: WorkerStats, metrics: WorkerMetrics, found: str) -> None:
-    """Count one result that could not be stored (`found`: "checked" or "split")."""
-    stats.split_out += found == "split"
-    metrics.rows_refused.labels(found).inc()
-
-
 class Completer:
     """Records plain completions in batches. `start()`, `add()` per finished job, `stop()`."""
 
@@ -117,8 +74,7 @@ class Completer:
         *,
         pool: AsyncConnectionPool[Connection],
         config: WorkerConfig,
-        stats: WorkerStats,
-        metrics: WorkerMetrics,
+        counters: WorkerCounters,
         freed: Callable[[], None],
         failpoints: Failpoints = NO_FAILPOINTS,
     ) -> None:
@@ -130,8 +86,7 @@ class Completer:
         self._window = (
             FLUSH_WINDOW * config.total_slots if config.hold_slot_until_recorded else None
         )
-        self._stats = stats
-        self._metrics = metrics
+        self._counters = counters
         self._freed = freed
         self._failpoints = failpoints
         self.buffer: Buffer[Done] = Buffer(max_size=FLUSH_MAX)
@@ -198,7 +153,7 @@ class Completer:
             for done, exc in isolated.refused:
                 reason = unstorable(done.result) or (exc.diag.message_primary or str(exc))
                 log.warning("job %s: result cannot be stored (%s); failing it", done.job.id, reason)
-                count_refused(self._stats, self._metrics, "split")
+                self._counters.refused("split")
                 failures.append(
                     Done(
                         done.job,
@@ -242,7 +197,7 @@ class Completer:
                 try:
                     batch, settled = await buffer.flush(self._write)
                 except Exception as exc:
-                    self._stats.errors += 1
+                    self._counters.error()
                     if buffer.closed and give_up_at is None:
                         give_up_at = loop.time() + self._lease_s
                     if give_up_at is not None and loop.time() > give_up_at:
@@ -294,5 +249,5 @@ class Completer:
 
     def _count_settled(self, done: Sequence[Done], settled: claims.Settled) -> None:
         for d in done:
-            count_completion(self._stats, self._metrics, d.job, settled.statuses[d.job.id])
-        self._stats.parents_ended += len(settled.parents_ended)
+            self._counters.completion(d.job, settled.statuses[d.job.id])
+        self._counters.parents_ended(len(settled.parents_ended))

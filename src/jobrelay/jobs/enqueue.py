@@ -1,4 +1,7 @@
-"""Enqueue: one atomic statement per conflict action, single or bulk (DESIGN.md 3.1-3.3).
+"""Enqueue: one atomic statement per conflict action, single or bulk.
+
+Why (no duplicate active jobs, dedupe keys, merges into running jobs):
+docs/explanation/design.md, "The jobs engine".
 
 `enqueue(conn, request)` and `enqueue_many(conn, requests)` take the caller's connection so a
 job can be created in the same transaction as the rows that need it: the job is invisible

@@ -3,7 +3,8 @@
 `Executor.execute(run)` is the body of the task the producer starts for a job (River's
 `internal/jobexecutor`: one run, one result). In order:
 
-1. An unknown type or a payload its model refuses is a permanent failure (DESIGN.md 3.8).
+1. An unknown type or a payload its model refuses is a permanent failure
+   (docs/explanation/state_machine.md, "Handler outcomes").
 2. The handler runs with a `JobContext` under the type's timeout (`JobType.timeout_s`);
    a timeout is a retryable outcome.
 3. An exception is classified (`domain.retry.classify`: retryable unless it is a known
@@ -53,20 +54,13 @@ from jobrelay.domain.retry import ErrorClass, GiveUp, RetryAfter, RetryPolicy, c
 from jobrelay.domain.storable import unstorable
 from jobrelay.jobs import claims, traces
 from jobrelay.jobs.claims import Done
-from jobrelay.jobs.completer import (
-    Completer,
-    count_completion,
-    count_deferred,
-    count_lost,
-    count_refused,
-    frees_claims,
-)
+from jobrelay.jobs.completer import Completer
+from jobrelay.jobs.counters import WorkerCounters
 from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
-from jobrelay.jobs.metrics import WorkerMetrics
-from jobrelay.jobs.models import ClaimedJob
+from jobrelay.jobs.models import ClaimedJob, frees_claims
 from jobrelay.jobs.registry import JobContext, JobType, Registry
-from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
+from jobrelay.jobs.worker_config import WorkerConfig
 from jobrelay.loops import Backoff, retry
 
 # A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
@@ -108,8 +102,7 @@ class Executor:
         enqueuer: Enqueuer,
         completer: Completer,
         config: WorkerConfig,
-        stats: WorkerStats,
-        metrics: WorkerMetrics,
+        counters: WorkerCounters,
         freed: Callable[[], None],
         jitter: Callable[[], float] = random.random,
         failpoints: Failpoints = NO_FAILPOINTS,
@@ -122,8 +115,7 @@ class Executor:
         self._lock_timeout_s = config.lock_timeout_s
         self._result_limit_bytes = config.result_limit_bytes
         self._capped = frozenset(config.global_caps)
-        self._stats = stats
-        self._metrics = metrics
+        self._counters = counters
         self._freed = freed
         self._jitter = jitter
         self._failpoints = failpoints
@@ -162,7 +154,7 @@ class Executor:
                 outcome: Outcome = await job_type.handler(context)
         except asyncio.CancelledError:
             if run.lost:
-                count_lost(self._stats, self._metrics)
+                self._counters.lost()
                 log.warning("job %s: lease lost, handler stopped, nothing written", job.id)
                 return
             await self.release(job)
@@ -174,10 +166,10 @@ class Executor:
                 outcome = _outcome_of(exc)
             log.warning("job %s (%s) raised: %r", job.id, job.type, exc, exc_info=True)
         finally:
-            self._metrics.handler_duration.labels(job.type).observe(time.perf_counter() - started)
+            self._counters.handler_ran(job, time.perf_counter() - started)
         run.settling = True
         if run.lost:
-            count_lost(self._stats, self._metrics)
+            self._counters.lost()
             return
         await self._settle(run, job_type, outcome)
 
@@ -187,8 +179,7 @@ class Executor:
         try:
             async with self._pool.connection() as conn:
                 await claims.release(conn, job)
-            self._stats.released += 1
-            self._metrics.released.inc()
+            self._counters.released()
         except Exception:
             log.warning("could not release job %s; its lease will expire", job.id, exc_info=True)
 
@@ -199,16 +190,16 @@ class Executor:
             problem = unstorable(outcome.result, limit_bytes=self._result_limit_bytes)
             if problem is not None:
                 log.warning("job %s: result cannot be stored (%s); failing it", job.id, problem)
-                count_refused(self._stats, self._metrics, "checked")
+                self._counters.refused("checked")
                 outcome = Fail(f"result cannot be stored: {problem}")
         traces.settled(outcome)
         try:
             written = await self._record(run, job_type, outcome)
         except LeaseLost as exc:
-            count_lost(self._stats, self._metrics)
+            self._counters.lost()
             log.warning("%s", exc)
         except Exception:
-            self._stats.errors += 1
+            self._counters.error()
             log.exception("could not record the outcome of job %s; its lease will expire", job.id)
         else:
             if written and frees_claims(job, self._capped):
@@ -242,7 +233,7 @@ class Executor:
                 log.warning("job %s: completing transaction failed: %s", job.id, exc)
                 await self._record_failure(run, job_type, _outcome_of(exc))
             else:
-                count_completion(self._stats, self._metrics, job, status)
+                self._counters.completion(job, status)
             return True
         await self._record_failure(run, job_type, outcome)
         return True
@@ -269,8 +260,7 @@ class Executor:
                 run,
                 lambda conn: claims.retry_later(conn, job, delay_s=decision.delay_s, error=error),
             )
-            self._stats.retried += 1
-            self._metrics.retried.labels(job.type).inc()
+            self._counters.retried(job)
         else:
             ended = await self._with_db(
                 run,
@@ -283,9 +273,8 @@ class Executor:
                     lock_timeout_s=self._lock_timeout_s,
                 ),
             )
-            self._stats.failed += 1
-            self._stats.parents_ended += len(ended)
-            self._metrics.failed.labels(job.type).inc()
+            self._counters.failed(job)
+            self._counters.parents_ended(len(ended))
 
     async def _with_db(self, run: Run, action: Callable[[Connection], Awaitable[T]]) -> T:
         async def write() -> T:
@@ -311,7 +300,7 @@ class Executor:
         def locked(exc: BaseException) -> bool:
             if not isinstance(exc, RowLocked | LockNotAvailable):
                 return False
-            count_deferred(self._stats, self._metrics, "outcome")
+            self._counters.deferred("outcome")
             run.locked = True  # the lease keeper keeps the lease while it waits
             return True
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,12 @@ class ClaimedJob:
             traceparent=row.get("traceparent"),
             workflow_id=row.get("workflow_id"),
         )
+
+
+def frees_claims(job: ClaimedJob, capped: Collection[str]) -> bool:
+    """Whether recording this job's end can make another job claimable: the next job of
+    its source, or a slot of a globally capped class (`capped`)."""
+    return job.source_key is not None or job.concurrency_class in capped
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,8 @@
-"""The producer: claims jobs into free slots and starts their runs (DESIGN.md 3.10-3.11).
+"""The producer: claims jobs into free slots and starts their runs.
+
+Why claims are exclusive and expire, and how slots and global caps share capacity:
+docs/explanation/design.md, "The jobs engine"; the claim's transition and guard:
+docs/explanation/state_machine.md.
 
 The task `jobrelay-worker-claim` claims, per concurrency class, as many jobs as that class
 has free slots plus what may be claimed ahead (`prefetch`), with one `claim_jobs`
@@ -38,12 +42,11 @@ from psycopg_pool import AsyncConnectionPool
 from jobrelay.db.pool import Connection, companion_pool
 from jobrelay.domain.jobs_config import QueueLimits
 from jobrelay.jobs import claims
-from jobrelay.jobs.completer import count_lost
+from jobrelay.jobs.counters import WorkerCounters
 from jobrelay.jobs.executor import Executor, Run
 from jobrelay.jobs.floors import ClaimFloors
-from jobrelay.jobs.metrics import WorkerMetrics
 from jobrelay.jobs.models import ClaimedJob
-from jobrelay.jobs.worker_config import WorkerConfig, WorkerStats
+from jobrelay.jobs.worker_config import WorkerConfig
 from jobrelay.loops import Backoff, Health
 
 # A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
@@ -63,15 +66,13 @@ class Producer:
         config: WorkerConfig,
         limits: QueueLimits,
         executor: Executor,
-        stats: WorkerStats,
-        metrics: WorkerMetrics,
+        counters: WorkerCounters,
     ) -> None:
         self.config = config
         self._slots = config.class_slots
         self._limits = limits  # what every claim of this worker obeys, fixed for its life
         self._executor = executor
-        self._stats = stats
-        self._metrics = metrics
+        self._counters = counters
         # Runs by claim token, not job id: a job retried at once can be claimed again by
         # this worker while the run that retried it is still returning its connection.
         self.runs: dict[uuid.UUID, Run] = {}
@@ -172,7 +173,7 @@ class Producer:
             self.backlog = [j for j in self.backlog if j.claim_token != job.claim_token]
             self.runs.pop(job.claim_token, None)
             self._busy[run.job.concurrency_class] -= 1
-            count_lost(self._stats, self._metrics)
+            self._counters.lost()
 
     # -- claim loop --------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Producer:
                 total=total,
                 floors=floors,
             )
-        self._metrics.claim_latency.observe(time.perf_counter() - started)
+        self._counters.claim_took(time.perf_counter() - started)
         return jobs
 
     async def _claim_loop(self) -> None:
@@ -222,16 +223,15 @@ class Producer:
                 if claims.is_claim_race(exc):
                     # Another claimer committed a job of the same source (or slot) after
                     # this statement's snapshot; the unique index refused ours. Retry.
-                    self._stats.claim_races += 1
+                    self._counters.claim_race()
                     log.debug("claim lost a race on %s; retrying", exc)
                     await asyncio.sleep(0)
                     continue
-                self._stats.errors += 1
+                self._counters.error()
                 await self._pause(health.failed(exc))
                 continue
             health.ok()
-            self._stats.claims += 1
-            self._stats.claimed += len(jobs)
+            self._counters.claimed(jobs)
             got = Counter(job.concurrency_class for job in jobs)
             for cls, asked in limits.items():
                 if got[cls] >= asked:
@@ -239,7 +239,6 @@ class Producer:
                 else:
                     self._hungry.discard(cls)
             for job in jobs:
-                self._metrics.claimed.labels(job.type).inc()
                 self._busy[job.concurrency_class] += 1
                 self.backlog.append(job)
             self._start_backlog()
@@ -282,13 +281,13 @@ class Producer:
         run.started = True
         run.task = asyncio.create_task(self._executor.execute(run), name=f"job:{job.type}:{job.id}")
         self.runs[job.claim_token] = run
-        self._metrics.running.labels(job.concurrency_class).inc()
+        self._counters.started(job)
         run.task.add_done_callback(lambda _: self._finished(run))
 
     def _finished(self, run: Run) -> None:
         if self.runs.pop(run.job.claim_token, None) is not None:
             self._busy[run.job.concurrency_class] -= 1
-            self._metrics.running.labels(run.job.concurrency_class).dec()
+            self._counters.ended(run.job)
         if self.backlog and not self._stopping:
             self._start_backlog()
         if run.job.concurrency_class in self._hungry:

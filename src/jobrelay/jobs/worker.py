@@ -1,4 +1,7 @@
-"""The jobs worker: builds, starts, supervises and stops its parts (DESIGN.md section 3).
+"""The jobs worker: builds, starts, supervises and stops its parts.
+
+What the engine promises and why: docs/explanation/design.md, "The jobs engine" (and
+"Rooms inside the parts" for this split).
 
 One `Worker` per process, made of three parts and the loops around them:
 
@@ -9,6 +12,8 @@ One `Worker` per process, made of three parts and the loops around them:
   (timeout, exception classification, retry decision, fenced writes).
 * `jobs.completer.Completer` (`jobrelay-worker-flush`): records plain completions many per
   durable commit, with the bounded flush window (`hold_slot_until_recorded`).
+* `jobs.counters.WorkerCounters`: every event the parts count, into `stats` and `metrics`
+  at once (built here, shared by the three parts).
 * `LeaseKeeper`: one batched heartbeat statement every lease/3 for every job the producer
   holds; a job the database no longer gives to this worker has its handler cancelled.
 * `jobrelay-jobs-listener`: `db.listen.NotifyListener` on `jobrelay_jobs`; wakes the
@@ -48,6 +53,7 @@ from jobrelay.db.pool import Connection
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, QueueLimits
 from jobrelay.jobs import presence
 from jobrelay.jobs.completer import Completer
+from jobrelay.jobs.counters import WorkerCounters
 from jobrelay.jobs.enqueue import DEFAULT_PAYLOAD_LIMIT_BYTES, Enqueuer
 from jobrelay.jobs.executor import Executor
 from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
@@ -96,6 +102,7 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.metrics_port: int | None = None
         self.stats = WorkerStats()
+        self.counters = WorkerCounters(self.stats, self.metrics)
         self._started = False
         # Handlers create jobs (children) through the same validated enqueue as the API.
         enqueuer = enqueuer or Enqueuer(
@@ -106,8 +113,7 @@ class Worker:
             config=config,
             freed=self._freed,
             failpoints=failpoints,
-            stats=self.stats,
-            metrics=self.metrics,
+            counters=self.counters,
         )
         self.executor = Executor(
             pool=pool,
@@ -118,8 +124,7 @@ class Worker:
             freed=self._freed,
             jitter=jitter,
             failpoints=failpoints,
-            stats=self.stats,
-            metrics=self.metrics,
+            counters=self.counters,
         )
         # What every claim of this worker obeys, resolved once for its life.
         limits = QueueLimits(
@@ -137,8 +142,7 @@ class Worker:
             config=config,
             limits=limits,
             executor=self.executor,
-            stats=self.stats,
-            metrics=self.metrics,
+            counters=self.counters,
         )
         self.keeper = LeaseKeeper(
             pool=pool,
@@ -210,8 +214,7 @@ class Worker:
 
     def _heartbeats_busy(self, count: int) -> None:
         # Rows another transaction locked: their leases were not extended this round.
-        self.stats.deferred += count
-        self.metrics.rows_deferred.labels("heartbeat").inc(count)
+        self.counters.deferred("heartbeat", count)
 
     def _loops(self) -> list[Loop]:
         loops: list[Loop] = [
