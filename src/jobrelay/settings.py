@@ -740,6 +740,8 @@ class JobsWorkerOptions(TypedDict):
     retention_by_type: dict[str, int | None]
     prune_log_threshold: int
     schedule_grace_s: float
+    workflow_retention_s: float | None
+    workflow_max_steps: int
 
 
 class JobsSettings(_Group):
@@ -815,6 +817,22 @@ class JobsSettings(_Group):
         "partition of their purge day (finish time plus this, as a UTC date); 0 keeps them "
         "forever. Every process finishing jobs reads the value the workers wrote; it applies "
         "to jobs that finish after the change.",
+    )
+    workflows_max_steps: int = Field(
+        validation_alias="workflows_max_steps",
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Steps a workflow may have, those its running steps add included; a "
+        "bigger workflow is a 422 and a fan-out past it fails the adding step.",
+    )
+    workflows_retention_s: float = Field(
+        validation_alias="workflows_retention_s",
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="An ended workflow is kept this long after its last step ended, its "
+        "steps' results with it whatever the retention of their types, then pruned by the "
+        "workers' maintenance; 0 keeps workflows forever.",
     )
     retention_by_type: str = Field(
         validation_alias="jobs_retention_by_type",
@@ -906,6 +924,8 @@ class JobsSettings(_Group):
             retention_by_type=_type_retention(self.retention_by_type),
             prune_log_threshold=self.prune_log_threshold,
             schedule_grace_s=self.schedules_grace_s,
+            workflow_retention_s=self.workflows_retention_s or None,  # 0 keeps them forever
+            workflow_max_steps=self.workflows_max_steps,
         )
 
 

@@ -1,8 +1,10 @@
 """Job types for the workflow suites (`jobrelay worker --app tests.apps.steps:job_types`):
 `wf.emit` returns its value, `wf.sum` adds up its dependencies' values and records what it
-saw (its first attempt may be held up, for a kill), `wf.fail` fails permanently. Each run
-is recorded in `wf_runs` when a test created that table, so a test counts runs per step
-from an audit, not from end states."""
+saw (its first attempt may be held up, for a kill), `wf.fail` fails permanently, `wf.flaky`
+fails permanently until a test creates the table `wf_fixed`, and `wf.split` adds `count`
+`wf.emit` steps to its workflow (a fan-out) that the steps named in `then` wait for. Each
+run is recorded in `wf_runs` when a test created that table, so a test counts runs per
+step from an audit, not from end states."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import asyncio
 import json
 from typing import Any
 
+from pydantic import Field
+
 from jobrelay import Complete, Fail, JobContext, JobPayload, JobTypes, Outcome
+from jobrelay.jobs.workflows.graph import Step
 
 job_types = JobTypes()
 
@@ -27,12 +32,26 @@ class Fails(JobPayload):
     message: str = "this step fails"
 
 
-async def _record(ctx: JobContext[Any], seen: dict[str, Any]) -> None:
+class Split(JobPayload):
+    count: int = 0
+    value: int = 1
+    then: list[str] = Field(default_factory=list)
+    prefix: str = "page"
+    hold_s: float = 0.0  # each added step's hold on its first attempt (wf.sum when > 0)
+
+
+async def _table_exists(ctx: JobContext[Any], name: str) -> bool:
     assert ctx.pool is not None
     async with ctx.pool.connection() as conn:
-        exists = await conn.execute("SELECT to_regclass('wf_runs') IS NOT NULL AS found")
-        found = await exists.fetchone()
-        if found is not None and found["found"]:
+        cursor = await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (name,))
+        found = await cursor.fetchone()
+    return bool(found is not None and found["found"])
+
+
+async def _record(ctx: JobContext[Any], seen: dict[str, Any]) -> None:
+    assert ctx.pool is not None
+    if await _table_exists(ctx, "wf_runs"):
+        async with ctx.pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO wf_runs (job_id, attempt, seen) VALUES (%s, %s, %s::jsonb)",
                 (ctx.job.id, ctx.job.attempt_count, json.dumps(seen)),
@@ -60,3 +79,24 @@ async def add_up(ctx: JobContext[Sum]) -> Outcome:
 async def fails(ctx: JobContext[Fails]) -> Outcome:
     await _record(ctx, {})
     return Fail(ctx.payload.message)
+
+
+@job_types.job_type("wf.flaky")
+async def flaky(ctx: JobContext[Emit]) -> Outcome:
+    await _record(ctx, {})
+    if not await _table_exists(ctx, "wf_fixed"):
+        return Fail("not fixed yet")
+    return Complete(result={"value": ctx.payload.value})
+
+
+@job_types.job_type("wf.split")
+async def split(ctx: JobContext[Split]) -> Outcome:
+    await _record(ctx, {})
+    p = ctx.payload
+    added = [
+        Step(f"{p.prefix}-{i}", "wf.emit", {"value": p.value})
+        if not p.hold_s
+        else Step(f"{p.prefix}-{i}", "wf.sum", {"hold_s": p.hold_s})
+        for i in range(p.count)
+    ]
+    return Complete(result={"added": p.count}, outputs=ctx.fan_out(added, then=p.then))

@@ -4,72 +4,16 @@ held steps, and bad input that stores nothing."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import pytest
-from psycopg_pool import AsyncConnectionPool
 
-from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import InvalidInput
-from jobrelay.jobs.enqueue import Enqueuer
 from jobrelay.jobs.maintenance import StepReconciler
-from jobrelay.jobs.worker import Worker, WorkerConfig
 from jobrelay.jobs.workflows.graph import Workflow
 from jobrelay.jobs.workflows.store import (
-    CreatedWorkflow,
-    WorkflowView,
     create_workflow,
-    get_workflow,
 )
-from tests.apps.steps import job_types as step_types
-from tests.jobs_support import build_registry, eventually, fetch
-
-Pool = AsyncConnectionPool[Connection]
-REGISTRY = build_registry(extra=step_types)
-ENQUEUER = Enqueuer(REGISTRY, payload_limit_bytes=256 * 1024)
-
-
-async def _create(pool: Pool, workflow: Workflow) -> CreatedWorkflow:
-    async with pool.connection() as conn:
-        return await create_workflow(conn, ENQUEUER, workflow)
-
-
-async def _view(pool: Pool, workflow_id: uuid.UUID) -> WorkflowView:
-    async with pool.connection() as conn:
-        view = await get_workflow(conn, workflow_id)
-    assert view is not None
-    return view
-
-
-@asynccontextmanager
-async def _worker(pool: Pool, **config: Any) -> AsyncIterator[Worker]:
-    worker = Worker(
-        pool=pool,
-        registry=REGISTRY,
-        config=WorkerConfig(
-            **{"concurrency": 4, "poll_interval_s": 0.01, "lease_s": 10.0, **config}
-        ),
-    )
-    await worker.start()
-    try:
-        yield worker
-    finally:
-        await worker.stop()
-
-
-async def _ended(pool: Pool, workflow_id: uuid.UUID) -> WorkflowView:
-    async def probe() -> WorkflowView | None:
-        view = await _view(pool, workflow_id)
-        return view if view.status not in ("running", "cancelling") else None
-
-    return await eventually(probe, timeout_s=60, what=f"workflow {workflow_id} to end")
-
-
-def _steps(view: WorkflowView) -> dict[str, Any]:
-    return {step.name: step for step in view.steps}
+from tests.jobs_support import fetch
+from tests.workflow_support import ENQUEUER, Pool, create, ended, steps_of, view_of, worker
 
 
 async def test_a_diamond_passes_outputs_and_releases_each_step_once(pool: Pool) -> None:
@@ -80,22 +24,22 @@ async def test_a_diamond_passes_outputs_and_releases_each_step_once(pool: Pool) 
         .step("c", "wf.emit", {"value": 3}, after=["a"])
         .step("d", "wf.sum", {}, after=["b", "c"])
     )
-    created = await _create(pool, workflow)
-    held = _steps(await _view(pool, created.id))
+    created = await create(pool, workflow)
+    held = steps_of(await view_of(pool, created.id))
     assert {name: held[name].state for name in "abcd"} == {
         "a": "pending",
         "b": "held",
         "c": "held",
         "d": "held",
     }
-    async with _worker(pool):
-        view = await _ended(pool, created.id)
-    steps = _steps(view)
+    async with worker(pool):
+        view = await ended(pool, created.id)
+    steps = steps_of(view)
     assert view.status == "completed" and view.counts == {"completed": 4}
     assert steps["d"].result == {"value": 5, "seen": {"b": "completed", "c": "completed"}}
     assert steps["d"].after == ("b", "c")
     assert [steps[n].releases for n in "abcd"] == [0, 1, 1, 1]
-    assert view.finished_at is not None and view.finished_at >= view.created_at
+    assert view.finished_at is not None and view.finished_at >= view.workflow.created_at
 
 
 async def test_a_failed_step_cancels_skips_or_runs_its_dependents_by_their_policy(
@@ -110,10 +54,10 @@ async def test_a_failed_step_cancels_skips_or_runs_its_dependents_by_their_polic
         .step("after_cancel", "wf.emit", {}, after=["cancelled"])
         .step("after_skip", "wf.emit", {"value": 7}, after=["skipped"])
     )
-    created = await _create(pool, workflow)
-    async with _worker(pool):
-        view = await _ended(pool, created.id)
-    steps = _steps(view)
+    created = await create(pool, workflow)
+    async with worker(pool):
+        view = await ended(pool, created.id)
+    steps = steps_of(view)
     states = {name: step.state for name, step in steps.items()}
     assert states == {
         "broken": "failed",
@@ -137,7 +81,7 @@ async def test_a_failed_step_cancels_skips_or_runs_its_dependents_by_their_polic
 
 
 async def test_a_held_step_costs_no_claim_and_plain_jobs_run_beside_it(pool: Pool) -> None:
-    created = await _create(
+    created = await create(
         pool,
         Workflow("held")
         .step("gate", "wf.fail", {}, max_attempts=1)
@@ -149,9 +93,9 @@ async def test_a_held_step_costs_no_claim_and_plain_jobs_run_beside_it(pool: Poo
         created.steps["later"],
     )
     assert rows[0]["available_at"].year == 9999  # outside every claim's range
-    async with _worker(pool):
-        view = await _ended(pool, created.id)
-    assert _steps(view)["later"].state == "completed"
+    async with worker(pool):
+        view = await ended(pool, created.id)
+    assert steps_of(view)["later"].state == "completed"
 
 
 async def test_the_reconciler_releases_a_step_whose_dependency_ended_without_counting(
@@ -159,7 +103,7 @@ async def test_the_reconciler_releases_a_step_whose_dependency_ended_without_cou
 ) -> None:
     """A dependency ended by a path that does not count endings (here: by hand, as an old
     release or a lease rescue would): the maintenance loop releases the step."""
-    created = await _create(
+    created = await create(
         pool,
         Workflow("repair")
         .step("first", "wf.emit", {})
@@ -175,15 +119,15 @@ async def test_the_reconciler_releases_a_step_whose_dependency_ended_without_cou
     reconciler = StepReconciler(pool=pool, interval_s=60)
     assert await reconciler.run_once() == 1
     assert await reconciler.run_once() == 0  # released once
-    async with _worker(pool):
-        view = await _ended(pool, created.id)
-    assert view.status == "completed" and _steps(view)["second"].releases == 1
+    async with worker(pool):
+        view = await ended(pool, created.id)
+    assert view.status == "completed" and steps_of(view)["second"].releases == 1
 
 
 async def test_finished_steps_are_kept_whatever_the_retention_of_their_type(pool: Pool) -> None:
-    created = await _create(pool, Workflow("kept").step("only", "wf.emit", {"value": 4}))
-    async with _worker(pool):
-        await _ended(pool, created.id)
+    created = await create(pool, Workflow("kept").step("only", "wf.emit", {"value": 4}))
+    async with worker(pool):
+        await ended(pool, created.id)
     rows = await fetch(
         pool, "SELECT purge_on, result FROM finished_jobs WHERE id = %s", created.steps["only"]
     )
@@ -217,7 +161,7 @@ async def test_bad_input_names_its_fields_and_stores_nothing(
     pool: Pool, workflow: Workflow, paths: list[str]
 ) -> None:
     with pytest.raises(InvalidInput) as refused:
-        await _create(pool, workflow)
+        await create(pool, workflow)
     assert [e.path for e in refused.value.errors] == paths
     assert await fetch(pool, "SELECT id FROM workflows") == []
     assert await fetch(pool, "SELECT id FROM all_jobs") == []

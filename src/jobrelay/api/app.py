@@ -21,6 +21,7 @@ from jobrelay.api.routes import (
     schedules,
     tenancy,
     webhooks,
+    workflows,
 )
 from jobrelay.api.tracing import RequestSpans
 from jobrelay.api.ui import create_ui
@@ -44,6 +45,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(health.router)
     app.include_router(tenancy.router)
     app.include_router(jobs.router)
+    app.include_router(workflows.router)
     app.include_router(schedules.router)
     app.include_router(batches.router)
     app.include_router(children.router)

@@ -33,6 +33,7 @@ from jobrelay.generations.webhooks import WorkerWebhooks
 from jobrelay.idempotency import IdempotentRequests
 from jobrelay.jobs.declare import JobTypes
 from jobrelay.jobs.service import JobsService
+from jobrelay.jobs.workflows.service import WorkflowsService
 from jobrelay.settings import Settings
 from jobrelay.webhooks import WebhookVerifier
 
@@ -45,6 +46,7 @@ class Services:
     pool: AsyncConnectionPool[Connection]
     aws: AwsEndpoint
     jobs: JobsService
+    workflows: WorkflowsService
     media: MediaService
     tokens: TokenVerifier
     tenancy: Tenancy
@@ -123,6 +125,9 @@ async def build_services(
             pool=pool,
             aws=aws,
             jobs=jobs,
+            workflows=WorkflowsService(
+                pool, jobs.enqueuer, max_steps=settings.jobs.workflows_max_steps
+            ),
             media=MediaService(pool),
             tokens=token_verifier(settings, issuer),
             tenancy=tenancy,

@@ -205,6 +205,49 @@ def retry_job(job_id: uuid.UUID | str) -> Call[models.Job]:
     return Call("POST", path, _model(models.Job), idempotent=False)
 
 
+def create_workflow(
+    name: str,
+    steps: Sequence[Mapping[str, Any]],
+    *,
+    fairness_key: str | None,
+    idempotency_key: str | None,
+) -> Call[models.Workflow]:
+    body = _body(name=name, steps=[dict(step) for step in steps], fairnessKey=fairness_key)
+    return Call(
+        "POST",
+        "/v1/workflows",
+        _model(models.Workflow),
+        json=body,
+        headers=_creating(idempotency_key),
+    )
+
+
+def get_workflow(
+    workflow_id: uuid.UUID | str, *, step_limit: int | None, steps_after: str | None
+) -> Call[models.Workflow]:
+    params = {"stepLimit": step_limit, "stepsAfter": steps_after}
+    path = f"/v1/workflows/{_segment(workflow_id)}"
+    return Call("GET", path, _model(models.Workflow), params=params)
+
+
+def list_workflows(
+    *, status: str | None, name: str | None, limit: int, cursor: uuid.UUID | str | None
+) -> Call[models.WorkflowPage]:
+    params = {"status": status, "name": name, "limit": limit, "cursor": cursor}
+    return Call("GET", "/v1/workflows", _model(models.WorkflowPage), params=params)
+
+
+def cancel_workflow(workflow_id: uuid.UUID | str) -> Call[models.Workflow]:
+    path = f"/v1/workflows/{_segment(workflow_id)}/cancel"
+    return Call("POST", path, _model(models.Workflow))  # a cancelled one is answered as is
+
+
+def retry_workflow(workflow_id: uuid.UUID | str) -> Call[models.Workflow]:
+    path = f"/v1/workflows/{_segment(workflow_id)}/retry"
+    # Sent again after the retried workflow completed, it would be a 409: not repeated.
+    return Call("POST", path, _model(models.Workflow), idempotent=False)
+
+
 def create_batch(
     project_id: int,
     type: models.BatchType,

@@ -139,6 +139,66 @@ class JobrelayClient:
             time.sleep(poll_s)
         return job
 
+    # --- workflows ----------------------------------------------------------------------------
+
+    def create_workflow(
+        self,
+        name: str,
+        steps: Sequence[Mapping[str, Any]],
+        *,
+        fairness_key: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> models.Workflow:
+        """Create a workflow; each step as the API takes it: `{"name", "type", "payload",
+        "after": [names], "onDependencyFailure", "priority", "maxAttempts"}`."""
+        return self.send(
+            calls.create_workflow(
+                name, steps, fairness_key=fairness_key, idempotency_key=idempotency_key
+            )
+        )
+
+    def get_workflow(
+        self,
+        workflow_id: uuid.UUID | str,
+        *,
+        step_limit: int | None = None,
+        steps_after: str | None = None,
+    ) -> models.Workflow:
+        """The workflow and a page of its steps (`next_step_cursor` as `steps_after`)."""
+        return self.send(
+            calls.get_workflow(workflow_id, step_limit=step_limit, steps_after=steps_after)
+        )
+
+    def list_workflows(
+        self,
+        *,
+        status: models.WorkflowStatus | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: uuid.UUID | str | None = None,
+    ) -> models.WorkflowPage:
+        """Workflows, newest first; pass `next_cursor` as `cursor` for the next page."""
+        return self.send(calls.list_workflows(status=status, name=name, limit=limit, cursor=cursor))
+
+    def cancel_workflow(self, workflow_id: uuid.UUID | str) -> models.Workflow:
+        return self.send(calls.cancel_workflow(workflow_id))
+
+    def retry_workflow(self, workflow_id: uuid.UUID | str) -> models.Workflow:
+        return self.send(calls.retry_workflow(workflow_id))
+
+    def wait_for_workflow(
+        self, workflow_id: uuid.UUID | str, *, timeout_s: float = 60.0, poll_s: float = 0.5
+    ) -> models.Workflow:
+        """Poll until the workflow has ended; `TimeoutError` after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not (workflow := self.get_workflow(workflow_id, step_limit=0)).finished:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"workflow {workflow_id} is still {workflow.status} after {timeout_s} s"
+                )
+            time.sleep(poll_s)
+        return self.get_workflow(workflow_id)
+
     # --- batches ------------------------------------------------------------------------------
 
     def create_batch(
@@ -351,6 +411,63 @@ class AsyncJobrelayClient:
                 raise TimeoutError(f"job {job_id} is still {job.status} after {timeout_s} s")
             await asyncio.sleep(poll_s)
         return job
+
+    async def create_workflow(
+        self,
+        name: str,
+        steps: Sequence[Mapping[str, Any]],
+        *,
+        fairness_key: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> models.Workflow:
+        """See `JobrelayClient.create_workflow`."""
+        return await self.send(
+            calls.create_workflow(
+                name, steps, fairness_key=fairness_key, idempotency_key=idempotency_key
+            )
+        )
+
+    async def get_workflow(
+        self,
+        workflow_id: uuid.UUID | str,
+        *,
+        step_limit: int | None = None,
+        steps_after: str | None = None,
+    ) -> models.Workflow:
+        return await self.send(
+            calls.get_workflow(workflow_id, step_limit=step_limit, steps_after=steps_after)
+        )
+
+    async def list_workflows(
+        self,
+        *,
+        status: models.WorkflowStatus | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: uuid.UUID | str | None = None,
+    ) -> models.WorkflowPage:
+        return await self.send(
+            calls.list_workflows(status=status, name=name, limit=limit, cursor=cursor)
+        )
+
+    async def cancel_workflow(self, workflow_id: uuid.UUID | str) -> models.Workflow:
+        return await self.send(calls.cancel_workflow(workflow_id))
+
+    async def retry_workflow(self, workflow_id: uuid.UUID | str) -> models.Workflow:
+        return await self.send(calls.retry_workflow(workflow_id))
+
+    async def wait_for_workflow(
+        self, workflow_id: uuid.UUID | str, *, timeout_s: float = 60.0, poll_s: float = 0.5
+    ) -> models.Workflow:
+        """See `JobrelayClient.wait_for_workflow`."""
+        deadline = time.monotonic() + timeout_s
+        while not (workflow := await self.get_workflow(workflow_id, step_limit=0)).finished:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"workflow {workflow_id} is still {workflow.status} after {timeout_s} s"
+                )
+            await asyncio.sleep(poll_s)
+        return await self.get_workflow(workflow_id)
 
     async def create_batch(
         self,

@@ -20,6 +20,8 @@ BatchStatus = Literal["0", "1", "2", "3"]
 ChildStatus = Literal["0", "1", "2", "3"]
 GenerationStatus = Literal["0", "1", "2"]
 ItemState = Literal["queued", "running", "completed", "failed", "cancelled"]
+WorkflowStatus = Literal["running", "cancelling", "completed", "failed", "cancelled"]
+StepState = Literal["held", "pending", "in_progress", "completed", "failed", "cancelled", "skipped"]
 
 
 class Model(BaseModel):
@@ -180,3 +182,54 @@ class Me(Model):
     sub: str
     is_admin: bool
     organizations: list[Membership]
+
+
+class WorkflowStep(Model):
+    """One step of a workflow: its job, state, dependencies by name and result."""
+
+    name: str
+    job_id: uuid.UUID
+    type: str
+    state: StepState
+    after: list[str]
+    on_dependency_failure: str
+    attempts: int
+    releases: int
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    finished_at: dt.datetime | None = None
+
+
+class WorkflowSummary(Model):
+    """A workflow as a list shows it."""
+
+    id: uuid.UUID
+    name: str
+    status: WorkflowStatus
+    fairness_key: str | None = None
+    created_at: dt.datetime
+    cancelled_at: dt.datetime | None = None
+    cancelled_by: str | None = None
+    retried_at: dt.datetime | None = None
+    retried_by: str | None = None
+    retries: int = 0
+    step_count: int
+
+    @property
+    def finished(self) -> bool:
+        """Completed, failed or cancelled: no step of it is left to run."""
+        return self.status in ("completed", "failed", "cancelled")
+
+
+class Workflow(WorkflowSummary):
+    """A workflow with its steps counted by state and a page of its steps."""
+
+    counts: dict[str, int]
+    finished_at: dt.datetime | None = None
+    steps: list[WorkflowStep]
+    next_step_cursor: str | None = None
+
+
+class WorkflowPage(Model):
+    items: list[WorkflowSummary]
+    next_cursor: uuid.UUID | None = None

@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -61,6 +62,7 @@ from jobrelay.jobs.failpoints import NO_FAILPOINTS, Failpoints
 from jobrelay.jobs.models import ClaimedJob, frees_claims
 from jobrelay.jobs.registry import JobContext, JobType, Registry
 from jobrelay.jobs.worker_config import WorkerConfig
+from jobrelay.jobs.workflows import store as workflow_store
 from jobrelay.loops import Backoff, retry
 
 # A child of the worker's logger, so a level set for `jobrelay.jobs.worker` still applies.
@@ -114,6 +116,7 @@ class Executor:
         self._lease_s = config.lease_s
         self._lock_timeout_s = config.lock_timeout_s
         self._result_limit_bytes = config.result_limit_bytes
+        self._max_steps = config.workflow_max_steps
         self._capped = frozenset(config.global_caps)
         self._counters = counters
         self._freed = freed
@@ -147,7 +150,15 @@ class Executor:
             return
         assert job_type.handler is not None  # the registry refuses entries without one
         started = time.perf_counter()
-        context = JobContext(job, payload, self._pool, self._enqueuer.enqueue_many)
+        context = JobContext(
+            job,
+            payload,
+            self._pool,
+            self._enqueuer.enqueue_many,
+            functools.partial(
+                workflow_store.add_steps, enqueuer=self._enqueuer, max_steps=self._max_steps
+            ),
+        )
         deadline = asyncio.timeout(job_type.timeout_s)
         try:
             async with deadline:

@@ -37,7 +37,7 @@ from jobrelay.jobs import claims, retention
 from jobrelay.jobs.buffer import Buffer
 from jobrelay.jobs.models import ClaimedJob
 from jobrelay.jobs.retention import Retention, RetentionPass
-from jobrelay.jobs.workflows import release
+from jobrelay.jobs.workflows import control, release
 from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
@@ -71,18 +71,43 @@ class LeaseRescuer(_PoolLoop):
 
 
 class StepReconciler(_PoolLoop):
-    """Releases (or ends) held workflow steps none of whose dependencies is active: the
-    repair for an ending that did not count itself (a rescue, a cancel, an old release)."""
+    """The workflows' repairs and retention, each pass:
+
+    - releases (or ends) held steps none of whose dependencies is active: the repair for
+      an ending that did not count itself (a rescue, a cancel, an old release);
+    - ends the active steps of cancelled workflows a cancel could not reach at once;
+    - prunes workflows ended longer than `retention_s` ago (None: kept forever)."""
 
     name = "step-reconciler"
     default_limit = 500
 
+    def __init__(
+        self,
+        *,
+        pool: AsyncConnectionPool[Connection],
+        interval_s: float,
+        limit: int | None = None,
+        retention_s: float | None = None,
+    ) -> None:
+        super().__init__(pool=pool, interval_s=interval_s, limit=limit)
+        self.retention_s = retention_s
+
     async def run_once(self) -> int:
         async with self._pool.connection() as conn:
             found = await release.reconcile_stuck(conn, limit=self._limit)
+            cancelled = await control.end_cancelled_steps(conn, limit=self._limit)
+            pruned = 0
+            if self.retention_s is not None:
+                pruned = await control.prune_workflows(
+                    conn, retention_s=self.retention_s, limit=self._limit
+                )
         if found:
             log.warning("reconciler released or ended %d held workflow steps", found)
-        return found
+        if cancelled:
+            log.warning("reconciler ended %d steps of cancelled workflows", cancelled)
+        if pruned:
+            log.info("retention: %d ended workflows pruned with their steps", pruned)
+        return found + cancelled + pruned
 
 
 class ParentReconciler(_PoolLoop):

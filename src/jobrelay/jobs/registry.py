@@ -32,12 +32,13 @@ from pydantic.alias_generators import to_camel
 
 from jobrelay.db.pool import Connection
 from jobrelay.domain.errors import FieldError, InvalidInput
-from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome
+from jobrelay.domain.jobs import ConflictPolicy, JobRole, Outcome, OutputWriter
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_class_name
 from jobrelay.domain.retry import RetryPolicy
 from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest
 from jobrelay.jobs.schedules import Schedule
 from jobrelay.jobs.workflows import release
+from jobrelay.jobs.workflows.graph import Step
 from jobrelay.jobs.workflows.release import DependencyResult
 
 
@@ -63,6 +64,11 @@ P = TypeVar("P", bound=JobPayload)
 # Writes jobs in the caller's connection (and transaction): children a handler creates in
 # its completing transaction.
 ChildWriter = Callable[[Connection, Sequence[EnqueueRequest]], Awaitable[Sequence[Enqueued]]]
+# Adds steps to the running step's workflow in its completing transaction (a fan-out):
+# (conn, the adding step, the new steps, the held dependents that wait for them all).
+StepAdder = Callable[
+    [Connection, ClaimedJob, Sequence[Step], Sequence[str]], Awaitable[Mapping[str, Any]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,7 @@ class JobContext(Generic[P]):
     payload: P
     pool: AsyncConnectionPool[Connection] | None = None
     children: ChildWriter | None = None
+    steps: StepAdder | None = None
 
     async def enqueue(
         self, conn: Connection, requests: Sequence[EnqueueRequest]
@@ -95,6 +102,31 @@ class JobContext(Generic[P]):
             raise RuntimeError("this job context has no pool to read dependencies with")
         async with self.pool.connection() as conn:
             return await release.dependency_results(conn, self.job.id)
+
+    def fan_out(
+        self,
+        steps: Sequence[Step],
+        *,
+        then: Sequence[str] = (),
+        outputs: OutputWriter | None = None,
+    ) -> OutputWriter:
+        """For a workflow step: the writer to complete with (`Complete(outputs=...)`) that
+        adds `steps` to its workflow in the completing transaction, each run after this
+        step, and makes the held steps named in `then` (steps that wait on this one) wait
+        for all of them. An empty `steps` adds nothing and `then` runs as it would.
+        `outputs` runs first, in the same transaction. A bad step, a cycle or a workflow
+        over its size limit fails this step permanently and adds nothing."""
+        adder = self.steps
+        if adder is None:
+            raise RuntimeError("this job context cannot add workflow steps (no enqueuer)")
+        job, added, waiting = self.job, tuple(steps), tuple(then)
+
+        async def write(conn: Connection) -> None:
+            if outputs is not None:
+                await outputs(conn)
+            await adder(conn, job, added, waiting)
+
+        return write
 
 
 Handler = Callable[[JobContext[Any]], Awaitable[Outcome]]

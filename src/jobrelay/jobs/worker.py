@@ -165,7 +165,11 @@ class Worker:
         )
         self.rescuer = LeaseRescuer(pool=pool, interval_s=config.rescue_interval_s)
         self.reconciler = ParentReconciler(pool=pool, interval_s=config.reconcile_interval_s)
-        self.step_reconciler = StepReconciler(pool=pool, interval_s=config.reconcile_interval_s)
+        self.step_reconciler = StepReconciler(
+            pool=pool,
+            interval_s=config.reconcile_interval_s,
+            retention_s=config.workflow_retention_s,
+        )
         # Checked a few times within the grace, at most every minute (a skip scan per type).
         self.unserved = UnservedSweeper(
             pool=pool,

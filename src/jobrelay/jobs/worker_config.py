@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from jobrelay.domain.jobs_config import DEFAULT_CLASS, ConfigError, Rate, check_class_name
 from jobrelay.jobs.ticker import DEFAULT_GRACE_S
+from jobrelay.jobs.workflows.graph import DEFAULT_MAX_STEPS
 
 _DEFAULT_CONCURRENCY = 10
 
@@ -38,6 +39,9 @@ class WorkerConfig:
     `retention_s`: finished jobs are kept this long (None: forever); `retention_by_type`
     overrides it per job type (`jobs.retention`; every worker should use the same).
     `prune_log_threshold`: a prune pass deleting more rows than this logs a warning.
+    `workflow_retention_s`: an ended workflow is kept this long after its last step ended,
+    then pruned with its steps and results (None: forever); `workflow_max_steps` bounds a
+    workflow's steps, those a running step adds included.
     `listen_conninfo`: the session connection the listener uses (default: the pool's); a
     transaction pooler cannot LISTEN, so it takes a direct one.
     `claim_session_settings`: False when the pool goes through a transaction pooler, where
@@ -71,6 +75,8 @@ class WorkerConfig:
     retention_s: float | None = 7 * 24 * 3600.0
     retention_by_type: Mapping[str, float | None] = field(default_factory=dict)
     prune_log_threshold: int = 1000
+    workflow_retention_s: float | None = 7 * 24 * 3600.0
+    workflow_max_steps: int = DEFAULT_MAX_STEPS
     shutdown_grace_s: float = 10.0
     prefetch: int = 0
     listen: bool = True
@@ -132,6 +138,12 @@ class WorkerConfig:
             if kept is not None and not kept > 0:
                 raise ValueError(f"retention_by_type: {name}={kept!r} must be > 0 or None")
         object.__setattr__(self, "retention_by_type", dict(self.retention_by_type))
+        if self.workflow_retention_s is not None and not self.workflow_retention_s > 0:
+            raise ValueError(
+                f"workflow_retention_s must be > 0 or None, got {self.workflow_retention_s}"
+            )
+        if self.workflow_max_steps < 1:
+            raise ValueError(f"workflow_max_steps must be >= 1, got {self.workflow_max_steps}")
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
         if not self.schedule_grace_s > 0:

@@ -1,6 +1,7 @@
--- Every step of a workflow with its state: `held` (waiting for dependencies), `skipped`,
--- or its job's status; its dependencies by name, attempts, result and error. The jobs are
--- found through the workflow_id indexes of `jobs` and `finished_jobs`, not one by one.
+-- A page of a workflow's steps by name (after the cursor), each with its state: `held`
+-- (waiting for dependencies), `skipped`, or its job's status; its dependencies by name,
+-- attempts, result and error. The jobs are found through the workflow_id indexes of
+-- `jobs` and `finished_jobs`, not one by one.
 SELECT
     step.name,
     step.job_id,
@@ -31,4 +32,6 @@ FROM workflow_steps AS step
 JOIN all_jobs AS job ON job.id = step.job_id
 WHERE step.workflow_id = %(id)s
     AND job.workflow_id = %(id)s
+    AND (%(after)s::text IS NULL OR step.name > %(after)s::text)
 ORDER BY step.name
+LIMIT %(limit)s
