@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from jobrelay.jobs.enqueue import Enqueuer, enqueue
     from jobrelay.jobs.models import ClaimedJob, Enqueued, EnqueueRequest, Job
     from jobrelay.jobs.registry import JobContext, JobPayload, JobType, Registry, RegistryError
+    from jobrelay.jobs.workflows.graph import DependencyFailure, Step, Workflow
+    from jobrelay.jobs.workflows.store import create_workflow, get_workflow
 
 try:
     __version__ = version("jobrelay")
@@ -62,6 +64,11 @@ _EXPORTS: dict[str, str] = {
     "RegistryError": "jobrelay.jobs.registry",
     "enqueue": "jobrelay.jobs.enqueue",
     "Enqueuer": "jobrelay.jobs.enqueue",
+    "Workflow": "jobrelay.jobs.workflows.graph",
+    "Step": "jobrelay.jobs.workflows.graph",
+    "DependencyFailure": "jobrelay.jobs.workflows.graph",
+    "create_workflow": "jobrelay.jobs.workflows.store",
+    "get_workflow": "jobrelay.jobs.workflows.store",
     "EnqueueRequest": "jobrelay.jobs.models",
     "Enqueued": "jobrelay.jobs.models",
     "ClaimedJob": "jobrelay.jobs.models",
@@ -91,6 +98,7 @@ __all__ = [
     "Complete",
     "Conflict",
     "ConflictPolicy",
+    "DependencyFailure",
     "EnqueueOutcome",
     "EnqueueRequest",
     "Enqueued",
@@ -115,9 +123,13 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "RetryableError",
+    "Step",
     "TargetGone",
+    "Workflow",
     "__version__",
+    "create_workflow",
     "enqueue",
+    "get_workflow",
 ]
 
 

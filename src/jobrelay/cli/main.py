@@ -14,7 +14,17 @@ from pydantic_core import ErrorDetails
 from rich.console import Console
 
 from jobrelay.bootstrap import StartupError
-from jobrelay.cli.commands import admin, database, demo, jobs, ops, relay, sqs_worker, stack
+from jobrelay.cli.commands import (
+    admin,
+    database,
+    demo,
+    jobs,
+    ops,
+    relay,
+    sqs_worker,
+    stack,
+    workflows,
+)
 from jobrelay.domain.errors import JobrelayError
 from jobrelay.settings import find_setting, setting_groups
 
@@ -28,6 +38,7 @@ app = typer.Typer(
 database.register(app)
 sqs_worker.register(app)
 jobs.register(app)
+workflows.register(app)
 stack.register(app)
 admin.register(app)
 ops.register(app)

@@ -126,7 +126,9 @@ async def _run_worker(settings: Settings, dsn: str, config: WorkerConfig) -> Non
         console.print(f"worker stopped: {worker.stats}")
 
 
-def _with_services(action: Callable[[Services], Awaitable[T]], apps: list[str] | None = None) -> T:
+def with_services(action: Callable[[Services], Awaitable[T]], apps: list[str] | None = None) -> T:
+    """Run `action` on the services of the CLI's settings (the `--app` groups added), over
+    the configured database (the embedded one started for the call when it is local)."""
     settings = with_apps(load_cli_settings(), apps)
     with database(settings) as dsn:
 
@@ -137,7 +139,7 @@ def _with_services(action: Callable[[Services], Awaitable[T]], apps: list[str] |
         return asyncio.run(run())
 
 
-def _print(value: Any) -> None:
+def print_json(value: Any) -> None:
     """Print JSON; response models print exactly as the API sends them."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json", by_alias=True)
@@ -184,8 +186,8 @@ def enqueue_command(
         raise InvalidInput(
             "invalid job", [FieldError(_OPTIONS.get(e.path, e.path), e.message) for e in problems]
         )
-    result = _with_services(lambda s: s.jobs.enqueue(request), app)
-    _print({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
+    result = with_services(lambda s: s.jobs.enqueue(request), app)
+    print_json({"id": str(result.id), "outcome": result.outcome.value, "revision": result.revision})
 
 
 # The enqueue contract's fields (`EnqueueRequest.problems`) as `jobs enqueue` options.
@@ -229,8 +231,8 @@ def _run_at(text: str) -> dt.datetime:
 @jobs_app.command("show")
 def show_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Show one job."""
-    job = _with_services(lambda s: s.jobs.get(_job_id(job_id)))
-    _print(JobOut.of(job))
+    job = with_services(lambda s: s.jobs.get(_job_id(job_id)))
+    print_json(JobOut.of(job))
 
 
 @jobs_app.command("list")
@@ -261,8 +263,8 @@ def list_command(
         finished_from=_time(finished_from, "--finished-from"),
         finished_to=_time(finished_to, "--finished-to"),
     )
-    page = _with_services(lambda s: s.jobs.list_jobs(filter=job_filter, limit=limit, before=cursor))
-    _print(JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before))
+    page = with_services(lambda s: s.jobs.list_jobs(filter=job_filter, limit=limit, before=cursor))
+    print_json(JobPageOut(items=[JobOut.of(j) for j in page.jobs], next_cursor=page.next_before))
 
 
 @jobs_app.command("attempts")
@@ -275,26 +277,26 @@ def attempts_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
         await services.jobs.get(wanted)
         return await services.jobs.attempts(wanted)
 
-    found = _with_services(attempts)
-    _print(AttemptPageOut(items=[AttemptOut.of(a) for a in found]))
+    found = with_services(attempts)
+    print_json(AttemptPageOut(items=[AttemptOut.of(a) for a in found]))
 
 
 @jobs_app.command("cancel")
 def cancel_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Cancel a pending or running job."""
-    _print(JobOut.of(_with_services(lambda s: s.jobs.cancel(_job_id(job_id)))))
+    print_json(JobOut.of(with_services(lambda s: s.jobs.cancel(_job_id(job_id)))))
 
 
 @jobs_app.command("retry")
 def retry_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Put a failed or cancelled job back to pending with fresh attempts."""
-    _print(JobOut.of(_with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
+    print_json(JobOut.of(with_services(lambda s: s.jobs.retry(_job_id(job_id)))))
 
 
 @jobs_app.command("why")
 def why_command(job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Why isn't this job running? The reason, a sentence and the blocker by name."""
-    _print(DiagnosisOut.of(_with_services(lambda s: s.jobs.diagnose(_job_id(job_id)))))
+    print_json(DiagnosisOut.of(with_services(lambda s: s.jobs.diagnose(_job_id(job_id)))))
 
 
 _MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
@@ -303,8 +305,8 @@ _MEDIA_IDS = typer.Argument(..., metavar="MEDIA_ID...")
 @jobs_app.command("media-status")
 def media_status_command(media_ids: list[str] = _MEDIA_IDS) -> None:
     """The state of the newest media.process job of each media id (or none)."""
-    statuses = _with_services(lambda s: s.media.media_status(media_ids))
-    _print([{"mediaId": m.media_id, "status": m.status} for m in statuses])
+    statuses = with_services(lambda s: s.media.media_status(media_ids))
+    print_json([{"mediaId": m.media_id, "status": m.status} for m in statuses])
 
 
 @schedules_app.command("list")
@@ -317,10 +319,10 @@ def schedules_list_command(
     A schedule declared here but not yet started by any worker has no next tick; one
     stored but no longer declared here is marked `(not declared)`.
     """
-    views = _with_services(lambda s: s.jobs.schedules(), app)
+    views = with_services(lambda s: s.jobs.schedules(), app)
     page = SchedulePage(items=[ScheduleOut.of(v) for v in views])
     if as_json:
-        _print(page)
+        print_json(page)
         return
     table = Table("name", "cron", "timezone", "next tick", "last tick", "job type", "catch-up")
     for item in page.items:
