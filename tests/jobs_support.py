@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -137,8 +138,13 @@ async def running_worker(
 # -- worker processes ------------------------------------------------------------------
 
 
-def start_worker(dsn: str, *args: str, **env: str) -> subprocess.Popen[str]:
-    """A real `jobrelay worker` process on `dsn` (fast polling, quiet logs)."""
+def start_worker(
+    dsn: str, *args: str, read_live: bool = False, **env: str
+) -> subprocess.Popen[str]:
+    """A real `jobrelay worker` process on `dsn` (fast polling, quiet logs). Its output goes
+    to a file, not a pipe: a worker logging more than a pipe holds (exceptions after a
+    database crash) would block on its next write while nobody reads the pipe. With
+    `read_live` it goes to `process.stdout`, a pipe the caller must keep reading."""
     settings = {
         "DATABASE_URL": dsn,
         "JOBRELAY_DIAG_JOBS_ENABLED": "true",
@@ -147,21 +153,35 @@ def start_worker(dsn: str, *args: str, **env: str) -> subprocess.Popen[str]:
         "JOBRELAY_LOG_LEVEL": "WARNING",
         **env,
     }
-    return subprocess.Popen(
+    # Closed by stop_worker, which reads it back.
+    log = None if read_live else tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
+    process = subprocess.Popen(
         [*jobrelay_command(), "worker", *args],
         env=cli_env(**settings),
-        stdout=subprocess.PIPE,
+        stdout=subprocess.PIPE if log is None else log,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    if log is not None:
+        _WORKER_LOGS[process.pid] = log
+    return process
+
+
+_WORKER_LOGS: dict[int, IO[str]] = {}
 
 
 def stop_worker(process: subprocess.Popen[str], *, sig: int = signal.SIGTERM) -> str:
     """Signal the process (unless it ended) and return its output."""
     if process.poll() is None:
         process.send_signal(sig)
-    output, _ = process.communicate(timeout=60)
-    return output
+    log = _WORKER_LOGS.pop(process.pid, None)
+    if log is None:
+        output, _ = process.communicate(timeout=60)
+        return output or ""
+    process.wait(timeout=60)
+    with log:
+        log.seek(0)
+        return log.read()
 
 
 @contextmanager

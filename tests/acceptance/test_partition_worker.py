@@ -87,9 +87,9 @@ def test_a_cut_worker_is_rescued_and_claims_again_after_the_heal(
     }
     # The DSN `bootstrap.database` hands a worker, with the settings' network timeouts.
     cut_dsn = bounded_dsn(load_settings(), relay_dsn)
-    cut = start_worker(cut_dsn, **env)
+    cut = start_worker(cut_dsn, read_live=True, **env)
     cut_log = LogLines(cut)
-    healthy = start_worker(db_dsn, **env)
+    healthy = start_worker(db_dsn, read_live=True, **env)
     try:
         cut_id = wait_until(
             lambda: next(
