@@ -77,6 +77,7 @@ STEP_TYPE = "diag.noop"
 HELD_TYPE = "diag.sleep"  # held steps: served, never released (the plain drain polls noop)
 WORKFLOW_QUERIES = Queries("jobrelay.jobs.workflows")
 RESULTS = Path(__file__).parent / "results"
+SERVER_PID: int | None = None  # the embedded server's postmaster, for its CPU time
 
 RESET = (
     "TRUNCATE jobs, finished_jobs, job_attempts, workflows, workflow_steps, workflow_edges CASCADE"
@@ -200,16 +201,36 @@ async def _create(pool: Pool, enqueuer: Enqueuer, workflow: Workflow) -> uuid.UU
     return created.id
 
 
+def _server_cpu_s() -> float:
+    """CPU seconds of the embedded server's processes alive now (the postmaster and its
+    children, from /proc); 0.0 without an embedded server."""
+    if SERVER_PID is None:
+        return 0.0
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # a process that ended meanwhile
+        if stat.parent.name == str(SERVER_PID) or fields[1] == str(SERVER_PID):
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def _drain(
     pool: Pool, registry: Registry, concurrency: int, done: LiteralString, timeout_s: float
-) -> float:
-    """Run one worker until `done` is true; the wall time from its start."""
+) -> tuple[float, float, float]:
+    """Run one worker until `done` is true: the wall time from its start, and the CPU
+    seconds this process (worker and poll) and the server (its backends, the pool's open
+    before and kept, so none ends in between) spent meanwhile."""
     worker = _worker(pool, registry, concurrency)
+    cpu, server_cpu = time.process_time(), _server_cpu_s()
     started = time.perf_counter()
     await worker.start()
     try:
         await _until(lambda: _ended(pool, done), timeout_s, "the drain")
-        return time.perf_counter() - started
+        wall = time.perf_counter() - started
+        return wall, time.process_time() - cpu, _server_cpu_s() - server_cpu
     finally:
         await worker.stop()
 
@@ -222,6 +243,10 @@ async def _db_rate(pool: Pool, workflow: uuid.UUID | None, expected: int) -> flo
     if row["n"] != expected:
         raise SystemExit(f"{row['n']} jobs completed, expected {expected}")
     return float(row["n"]) / float(cast(float, row["span_s"]))
+
+
+def _smaller(args: argparse.Namespace, **sizes: int) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), **sizes})
 
 
 # 1. drain ------------------------------------------------------------------------------------
@@ -246,11 +271,14 @@ async def _drain_pair(dsn: str, args: argparse.Namespace, workflow_first: bool) 
                 out["build_s"] = built - started
                 out["create_s"] = time.perf_counter() - built
             else:
+                started = time.perf_counter()
                 await _enqueue_plain(pool, enqueuer, args.steps)
-            wall = await _drain(
+                out["enqueue_s"] = time.perf_counter() - started
+            wall, cpu, server_cpu = await _drain(
                 pool, registry, args.concurrency, "SELECT count(*) = 0 FROM jobs", 1800
             )
             out[f"{kind}_wall"] = args.steps / wall
+            out[f"{kind}_cpu_ms"] = (cpu + server_cpu) * 1000 / args.steps
             out[kind] = await _db_rate(pool, workflow_id, args.steps)
     finally:
         await pool.close()
@@ -260,6 +288,8 @@ async def _drain_pair(dsn: str, args: argparse.Namespace, workflow_first: bool) 
 def scenario_drain(dsn: str, args: argparse.Namespace, report: Report) -> None:
     report(f"## 1. drain: a {args.steps}-step fan-out/fan-in workflow vs {args.steps} plain jobs")
     report(f"# one in-process worker, concurrency {args.concurrency}; {args.reps} pairs")
+    # an untimed warm-up pair (caches, the first partitions of finished_jobs)
+    asyncio.run(_drain_pair(dsn, _smaller(args, steps=min(args.steps, 1000)), True))
     runs = []
     for rep in range(1, args.reps + 1):
         r = asyncio.run(_drain_pair(dsn, args, workflow_first=rep % 2 == 1))
@@ -277,11 +307,23 @@ def scenario_drain(dsn: str, args: argparse.Namespace, report: Report) -> None:
         f"{_spread([r['plain'] for r in runs], 0)}"
     )
     report(f"drain ratio workflow/plain {_spread(ratios)} (target >= 0.70); wall {_spread(wall)}")
+    report(
+        f"drain CPU ms per job (this process + server): workflow "
+        f"{_spread([r['workflow_cpu_ms'] for r in runs])}, plain "
+        f"{_spread([r['plain_cpu_ms'] for r in runs])}, ratio "
+        f"{_spread([r['workflow_cpu_ms'] / r['plain_cpu_ms'] for r in runs])}"
+    )
     total = [r["build_s"] + r["create_s"] for r in runs]
     report(
         f"creation of {args.steps} steps: build {_spread([r['build_s'] for r in runs], 3)} s + "
         f"create_workflow {_spread([r['create_s'] for r in runs], 3)} s = "
         f"{_spread(total, 3)} s (target < 1 s for 10,000 steps)"
+    )
+    enqueue = [r["enqueue_s"] for r in runs]
+    report(
+        f"baseline: enqueue_many of {args.steps} plain jobs in one transaction "
+        f"{_spread(enqueue, 3)} s; ratio create_workflow/enqueue "
+        f"{_spread([r['create_s'] / r['enqueue_s'] for r in runs])}"
     )
 
 
@@ -393,7 +435,7 @@ async def _hold(dsn: str, args: argparse.Namespace) -> float:
     return time.perf_counter() - started
 
 
-async def _plain_drain(dsn: str, args: argparse.Namespace) -> tuple[float, float]:
+async def _plain_drain(dsn: str, args: argparse.Namespace) -> tuple[float, float, float]:
     registry = _registry()
     enqueuer = Enqueuer(registry, payload_limit_bytes=262144)
     pool = await open_pool(dsn, min_size=2, max_size=16)
@@ -404,8 +446,9 @@ async def _plain_drain(dsn: str, args: argparse.Namespace) -> tuple[float, float
             await conn.execute("VACUUM ANALYZE workflow_steps")
         await _enqueue_plain(pool, enqueuer, args.plain)
         done: LiteralString = "SELECT count(*) = 0 FROM jobs WHERE type = 'diag.noop'"
-        wall = await _drain(pool, registry, args.concurrency, done, 1800)
-        return await _db_rate(pool, None, args.plain), args.plain / wall
+        wall, cpu, server_cpu = await _drain(pool, registry, args.concurrency, done, 1800)
+        rate = await _db_rate(pool, None, args.plain)
+        return rate, args.plain / wall, (cpu + server_cpu) * 1000 / args.plain
     finally:
         await pool.close()
 
@@ -439,26 +482,34 @@ def scenario_held(url: str, args: argparse.Namespace, report: Report) -> None:
     with psycopg.connect(idle, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     report(f"# {row[0] if row else '?'} held steps stored in {hold_s:.1f} s")
+    for dsn in (idle, held):  # an untimed warm-up drain in each database
+        asyncio.run(_plain_drain(dsn, _smaller(args, plain=min(args.plain, 1000))))
     ratios: list[float] = []
     walls: list[float] = []
+    cpus: list[float] = []
     rates: dict[str, list[float]] = {"idle": [], "held": []}
     for rep in range(1, args.pair_reps + 1):
         order = ("idle", "held") if rep % 2 else ("held", "idle")
-        got: dict[str, tuple[float, float]] = {}
+        got: dict[str, tuple[float, float, float]] = {}
         for variant in order:
             got[variant] = asyncio.run(_plain_drain(idle if variant == "idle" else held, args))
             rates[variant].append(got[variant][0])
         ratios.append(got["held"][0] / got["idle"][0])
         walls.append(got["held"][1] / got["idle"][1])
+        cpus.append(got["held"][2] / got["idle"][2])
         report(
             f"rep={rep} order={'/'.join(order)} without_jobs_per_s={got['idle'][0]:.0f} "
             f"with_held_jobs_per_s={got['held'][0]:.0f} ratio={ratios[-1]:.3f} "
-            f"(wall ratio {walls[-1]:.3f})"
+            f"(wall ratio {walls[-1]:.3f}) cpu_ms_per_job without={got['idle'][2]:.3f} "
+            f"with={got['held'][2]:.3f} cpu_ratio={cpus[-1]:.3f}"
         )
     report(f"held jobs/s without {_spread(rates['idle'], 0)}, with {_spread(rates['held'], 0)}")
     report(
         f"held ratio with/without {_spread(ratios, 3)} (target within 5 %: >= 0.95); "
         f"wall {_spread(walls, 3)}"
+    )
+    report(
+        f"held CPU per job with/without (this process + server; 1.0 = no cost) {_spread(cpus, 3)}"
     )
     plan = asyncio.run(_explain(held, WORKFLOW_QUERIES.stuck_steps, {"limit": 1000}, rollback=True))
     report("# the step repair statement (stuck_steps.sql, limit 1000) over the held steps:")
@@ -578,6 +629,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if url is None:
         server = EmbeddedPostgres(Path(tempfile.gettempdir()) / "jobrelay-bench-workflows")
         url = server.start()
+        global SERVER_PID
+        SERVER_PID = server.running_pid()
     try:
         migrate.upgrade(url)
         chosen = args.scenarios.split(",")
