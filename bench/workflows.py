@@ -252,7 +252,33 @@ def _smaller(args: argparse.Namespace, **sizes: int) -> argparse.Namespace:
 # 1. drain ------------------------------------------------------------------------------------
 
 
-async def _drain_pair(dsn: str, args: argparse.Namespace, workflow_first: bool) -> dict[str, float]:
+TOP_STATEMENTS = """
+SELECT calls, total_exec_time AS total_ms, rows,
+    left(query, 400) AS query
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC
+LIMIT 12
+"""
+
+
+async def _top_statements(pool: Pool, reset: bool) -> list[str]:
+    """With --statements: reset pg_stat_statements, or its top statements by time."""
+    async with pool.connection() as conn:
+        if reset:
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            return []
+        rows = await (await conn.execute(TOP_STATEMENTS)).fetchall()
+    return [
+        f"{r['total_ms']:9.1f} ms {r['calls']:6} calls {r['rows']:7} rows  "
+        + " ".join(str(r["query"]).split())[:160]
+        for r in rows
+    ]
+
+
+async def _drain_pair(
+    dsn: str, args: argparse.Namespace, workflow_first: bool, statements: dict[str, list[str]]
+) -> dict[str, float]:
     registry = _registry()
     enqueuer = Enqueuer(registry, payload_limit_bytes=262144)
     pool = await open_pool(dsn, min_size=2, max_size=16)
@@ -274,9 +300,13 @@ async def _drain_pair(dsn: str, args: argparse.Namespace, workflow_first: bool) 
                 started = time.perf_counter()
                 await _enqueue_plain(pool, enqueuer, args.steps)
                 out["enqueue_s"] = time.perf_counter() - started
+            if args.statements:
+                await _top_statements(pool, reset=True)
             wall, cpu, server_cpu = await _drain(
                 pool, registry, args.concurrency, "SELECT count(*) = 0 FROM jobs", 1800
             )
+            if args.statements:
+                statements[kind] = await _top_statements(pool, reset=False)
             out[f"{kind}_wall"] = args.steps / wall
             out[f"{kind}_cpu_ms"] = (cpu + server_cpu) * 1000 / args.steps
             out[kind] = await _db_rate(pool, workflow_id, args.steps)
@@ -285,14 +315,43 @@ async def _drain_pair(dsn: str, args: argparse.Namespace, workflow_first: bool) 
     return out
 
 
+async def _release_plans(dsn: str, args: argparse.Namespace) -> dict[str, list[str]]:
+    """The plans of the two release statements that run for every completion batch of
+    steps (lock_dependents.sql, count_endings.sql) for 20 middle steps of a fresh fan-out
+    workflow ending into its end step, rolled back; custom and generic (the worker's
+    statements are prepared, so PostgreSQL may switch to the generic plan)."""
+    registry = _registry()
+    enqueuer = Enqueuer(registry, payload_limit_bytes=262144)
+    pool = await open_pool(dsn, min_size=1, max_size=2)
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(RESET)
+            created = await create_workflow(conn, enqueuer, _fan(args.steps))
+            await conn.commit()
+            await conn.execute("VACUUM ANALYZE")
+    finally:
+        await pool.close()
+    ids = [created.steps[f"m{i:05}"] for i in range(min(20, args.steps - 2))]
+    params = {"ids": ids, "ok": [True] * len(ids)}
+    plans: dict[str, list[str]] = {}
+    for mode in ("auto", "force_generic_plan"):
+        for name in ("lock_dependents", "count_endings"):
+            query: LiteralString = getattr(WORKFLOW_QUERIES, name)
+            plans[f"{name} ({mode})"] = await _explain(
+                dsn, query, params, rollback=True, plan_cache_mode=mode
+            )
+    return plans
+
+
 def scenario_drain(dsn: str, args: argparse.Namespace, report: Report) -> None:
     report(f"## 1. drain: a {args.steps}-step fan-out/fan-in workflow vs {args.steps} plain jobs")
     report(f"# one in-process worker, concurrency {args.concurrency}; {args.reps} pairs")
     # an untimed warm-up pair (caches, the first partitions of finished_jobs)
-    asyncio.run(_drain_pair(dsn, _smaller(args, steps=min(args.steps, 1000)), True))
+    asyncio.run(_drain_pair(dsn, _smaller(args, steps=min(args.steps, 1000)), True, {}))
     runs = []
+    statements: dict[str, list[str]] = {}
     for rep in range(1, args.reps + 1):
-        r = asyncio.run(_drain_pair(dsn, args, workflow_first=rep % 2 == 1))
+        r = asyncio.run(_drain_pair(dsn, args, rep % 2 == 1, statements))
         runs.append(r)
         report(
             f"rep={rep} workflow_jobs_per_s={r['workflow']:.0f} plain_jobs_per_s={r['plain']:.0f} "
@@ -313,12 +372,20 @@ def scenario_drain(dsn: str, args: argparse.Namespace, report: Report) -> None:
         f"{_spread([r['plain_cpu_ms'] for r in runs])}, ratio "
         f"{_spread([r['workflow_cpu_ms'] / r['plain_cpu_ms'] for r in runs])}"
     )
+    for kind, lines in statements.items():
+        report(f"# top statements by execution time, {kind} drain of the last rep:")
+        for line in lines:
+            report("    " + line)
     total = [r["build_s"] + r["create_s"] for r in runs]
     report(
         f"creation of {args.steps} steps: build {_spread([r['build_s'] for r in runs], 3)} s + "
         f"create_workflow {_spread([r['create_s'] for r in runs], 3)} s = "
         f"{_spread(total, 3)} s (target < 1 s for 10,000 steps)"
     )
+    for title, plan in asyncio.run(_release_plans(dsn, args)).items():
+        report(f"# EXPLAIN (ANALYZE, BUFFERS) {title}, 20 middle steps ending, rolled back:")
+        for line in plan:
+            report("    " + line)
     enqueue = [r["enqueue_s"] for r in runs]
     report(
         f"baseline: enqueue_many of {args.steps} plain jobs in one transaction "
@@ -454,10 +521,27 @@ async def _plain_drain(dsn: str, args: argparse.Namespace) -> tuple[float, float
 
 
 async def _explain(
-    dsn: str, sql: LiteralString, params: dict[str, Any], *, rollback: bool = False
+    dsn: str,
+    sql: LiteralString,
+    params: dict[str, Any],
+    *,
+    rollback: bool = False,
+    plan_cache_mode: str = "auto",
 ) -> list[str]:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        if plan_cache_mode == "auto":
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        else:  # the plan a prepared statement gets: PREPARE with $n, then EXECUTE
+            await conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (plan_cache_mode,))
+            names = [n for n in params if f"%({n})s" in sql]
+            text = sql
+            for i, n in enumerate(names, 1):
+                text = text.replace(f"%({n})s", f"${i}")
+            await conn.execute(pgsql.SQL("PREPARE bench_plan AS {}").format(pgsql.SQL(text)))
+            values = pgsql.SQL(", ").join(pgsql.Literal(params[n]) for n in names)
+            cur = await conn.execute(
+                pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_plan ({})").format(values)
+            )
         lines = [str(r[0]) for r in await cur.fetchall()]
         if rollback:
             await conn.rollback()
@@ -604,6 +688,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=10, help="worker slots")
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes")
     parser.add_argument("--no-results-file", action="store_true")
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="diagnostic: load pg_stat_statements (an embedded server of its own) and print "
+        "the drain's top statements; adds overhead, so not for published figures",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.reps, args.chain, args.plain = 500, 1, 50, 500
@@ -627,12 +717,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     url = os.environ.get("DATABASE_URL")
     server = None
     if url is None:
-        server = EmbeddedPostgres(Path(tempfile.gettempdir()) / "jobrelay-bench-workflows")
+        name, options = "jobrelay-bench-workflows", {}
+        if args.statements:
+            name, options = name + "-statements", {"shared_preload_libraries": "pg_stat_statements"}
+        server = EmbeddedPostgres(Path(tempfile.gettempdir()) / name, server_options=options)
         url = server.start()
         global SERVER_PID
         SERVER_PID = server.running_pid()
     try:
         migrate.upgrade(url)
+        if args.statements:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         chosen = args.scenarios.split(",")
         runners = {
             "drain": scenario_drain,
