@@ -186,13 +186,15 @@ async def _enqueue_plain(pool: Pool, enqueuer: Enqueuer, n: int) -> None:
             await enqueuer.enqueue_many(conn, requests)
 
 
-def _fan(n: int, name: str = "fan") -> Workflow:
-    """One start step, n - 2 middle steps after it, one end step after all of them."""
+def _fan(n: int, name: str = "fan", shape: str = "fan") -> Workflow:
+    """One start step, n - 2 middle steps after it, one end step after all of them
+    (`fanout`: the end step after the start step only; `flat`: no dependencies at all)."""
     workflow = Workflow(name).step("start", STEP_TYPE, {})
     middle = [f"m{i:05}" for i in range(max(n - 2, 0))]
     for step in middle:
-        workflow.step(step, STEP_TYPE, {}, after=["start"])
-    return workflow.step("end", STEP_TYPE, {}, after=middle or ["start"])
+        workflow.step(step, STEP_TYPE, {}, after=[] if shape == "flat" else ["start"])
+    end_after = {"fan": middle or ["start"], "fanout": ["start"], "flat": []}[shape]
+    return workflow.step("end", STEP_TYPE, {}, after=end_after)
 
 
 async def _create(pool: Pool, enqueuer: Enqueuer, workflow: Workflow) -> uuid.UUID:
@@ -291,7 +293,7 @@ async def _drain_pair(
             workflow_id: uuid.UUID | None = None
             if kind == "workflow":
                 started = time.perf_counter()
-                workflow = _fan(args.steps)
+                workflow = _fan(args.steps, shape=args.shape)
                 built = time.perf_counter()
                 workflow_id = await _create(pool, enqueuer, workflow)
                 out["build_s"] = built - started
@@ -344,7 +346,7 @@ async def _release_plans(dsn: str, args: argparse.Namespace) -> dict[str, list[s
 
 
 def scenario_drain(dsn: str, args: argparse.Namespace, report: Report) -> None:
-    report(f"## 1. drain: a {args.steps}-step fan-out/fan-in workflow vs {args.steps} plain jobs")
+    report(f"## 1. drain: a {args.steps}-step workflow ({args.shape}) vs {args.steps} plain jobs")
     report(f"# one in-process worker, concurrency {args.concurrency}; {args.reps} pairs")
     # an untimed warm-up pair (caches, the first partitions of finished_jobs)
     asyncio.run(_drain_pair(dsn, _smaller(args, steps=min(args.steps, 1000)), True, {}))
@@ -687,6 +689,13 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--status-reads", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=10, help="worker slots")
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes")
+    parser.add_argument(
+        "--shape",
+        choices=("fan", "fanout", "flat"),
+        default="fan",
+        help="the drain's workflow (ablation): fan-out/fan-in (default), fan-out without the "
+        "fan-in end step, or steps without dependencies",
+    )
     parser.add_argument("--no-results-file", action="store_true")
     parser.add_argument(
         "--statements",
