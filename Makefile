@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(PY) -m bench.chaos partition --size 2000 --out bench/chaos/results/partition.jsonl
 	$(PY) -m bench.pressure.claim_plan --pending 1000,100000 --keys 1,10,1000 --churn 20000
 	$(PY) -m bench.bad_rows --jobs 3000 --reps 3 --lock-s 60
+	$(PY) -m bench.workflows
 	@if [ -n "$(PEERS_DIR)" ]; then PEERS_DIR="$(PEERS_DIR)" PEERS="jobrelay jobrelay_durable procrastinate pgqueuer pgqueuer_pool oban chancy bare_insert" bench/peers/run_with_peers.sh; else echo "==> peer table skipped: set PEERS_DIR to the peer harness"; fi
 	@if [ "$(BENCH_SOAK)" = 1 ]; then \
 		$(PY) -m bench.soak --minutes 60 --rate 100 --out bench/results/soak-free.csv & \
