@@ -642,10 +642,18 @@ async def _status(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                     ("steps", WORKFLOW_QUERIES.workflow_steps),
                 ):
                     t = time.perf_counter()
-                    await (await conn.execute(sql, {"id": workflow_id})).fetchall()
+                    await (
+                        await conn.execute(
+                            sql, {"id": workflow_id, "after": None, "limit": args.steps}
+                        )
+                    ).fetchall()
                     timings[name].append(time.perf_counter() - t)
         assert view is not None
-        plan = await _explain(dsn, WORKFLOW_QUERIES.workflow_steps, {"id": workflow_id})
+        plan = await _explain(
+            dsn,
+            WORKFLOW_QUERIES.workflow_steps,
+            {"id": workflow_id, "after": None, "limit": args.steps},
+        )
         return {"timings": timings, "status": view.status, "counts": view.counts, "plan": plan}
     finally:
         await pool.close()

@@ -124,6 +124,33 @@ async def test_the_reconciler_releases_a_step_whose_dependency_ended_without_cou
     assert view.status == "completed" and steps_of(view)["second"].releases == 1
 
 
+async def test_the_repair_examines_a_bounded_slice_a_pass_and_reaches_every_step(
+    pool: Pool,
+) -> None:
+    """Many held steps: each pass examines `limit` of them from where the last one stopped,
+    so a stuck step past the first slice is found within the passes that cover them all."""
+    waiting = Workflow("many held").step("gate", "wf.fail", {}, max_attempts=1)
+    for i in range(40):
+        waiting.step(f"held-{i:02}", "wf.emit", {}, after=["gate"])
+    await create(pool, waiting)
+    stuck = await create(
+        pool,
+        Workflow("stuck")
+        .step("first", "wf.emit", {})
+        .step("second", "wf.emit", {}, after=["first"]),
+    )
+    async with pool.connection() as conn:
+        await conn.execute(
+            "WITH gone AS (DELETE FROM jobs WHERE id = %s RETURNING jobs AS job) "
+            "INSERT INTO finished_jobs SELECT f.* FROM gone CROSS JOIN LATERAL "
+            'jobrelay_finished_job_v1(gone.job, \'{"status": "completed"}\') AS f',
+            (stuck.steps["first"],),
+        )
+    reconciler = StepReconciler(pool=pool, interval_s=60, limit=10)
+    found = [await reconciler.run_once() for _ in range(5)]  # 44 steps: 5 slices of 10
+    assert sum(found) == 1 and max(found) == 1
+
+
 async def test_finished_steps_are_kept_whatever_the_retention_of_their_type(pool: Pool) -> None:
     created = await create(pool, Workflow("kept").step("only", "wf.emit", {"value": 4}))
     async with worker(pool):

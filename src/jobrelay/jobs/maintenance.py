@@ -42,6 +42,8 @@ from jobrelay.loops import Loop, positive
 
 log = logging.getLogger("jobrelay.jobs.maintenance")
 LISTEN_JOBS = Queries("jobrelay.jobs").listen_jobs  # the channel of enqueue wake-ups
+# Cancelled workflows swept, and ended workflows pruned, per pass of the step reconciler.
+WORKFLOWS_PER_PASS = 100
 # Held jobs per heartbeat statement: a worker holds slots + prefetch jobs, so one statement.
 HEARTBEATS_MAX = 1000
 
@@ -74,12 +76,13 @@ class StepReconciler(_PoolLoop):
     """The workflows' repairs and retention, each pass:
 
     - releases (or ends) held steps none of whose dependencies is active: the repair for
-      an ending that did not count itself (a rescue, a cancel, an old release);
+      an ending that did not count itself (a rescue, a cancel, an old release), examining
+      `limit` steps a pass from where the last pass stopped (a bounded cost per pass);
     - ends the active steps of cancelled workflows a cancel could not reach at once;
     - prunes workflows ended longer than `retention_s` ago (None: kept forever)."""
 
     name = "step-reconciler"
-    default_limit = 500
+    default_limit = 2000
 
     def __init__(
         self,
@@ -91,15 +94,16 @@ class StepReconciler(_PoolLoop):
     ) -> None:
         super().__init__(pool=pool, interval_s=interval_s, limit=limit)
         self.retention_s = retention_s
+        self._repair = release.RepairCursor()
 
     async def run_once(self) -> int:
         async with self._pool.connection() as conn:
-            found = await release.reconcile_stuck(conn, limit=self._limit)
-            cancelled = await control.end_cancelled_steps(conn, limit=self._limit)
+            found = await release.reconcile_stuck(conn, limit=self._limit, cursor=self._repair)
+            cancelled = await control.end_cancelled_steps(conn, limit=WORKFLOWS_PER_PASS)
             pruned = 0
             if self.retention_s is not None:
                 pruned = await control.prune_workflows(
-                    conn, retention_s=self.retention_s, limit=self._limit
+                    conn, retention_s=self.retention_s, limit=WORKFLOWS_PER_PASS
                 )
         if found:
             log.warning("reconciler released or ended %d held workflow steps", found)

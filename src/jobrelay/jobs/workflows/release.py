@@ -98,14 +98,30 @@ async def _end_unrun(conn: Connection, doomed: Mapping[uuid.UUID, bool]) -> dict
     return {cast(uuid.UUID, r["id"]): bool(r["skip"]) for r in await cursor.fetchall()}
 
 
-async def reconcile_stuck(conn: Connection, *, limit: int) -> int:
+@dataclass(slots=True)
+class RepairCursor:
+    """Where the repair of held steps goes on from (a pass examines a bounded slice)."""
+
+    after: uuid.UUID | None = None
+
+
+async def reconcile_stuck(
+    conn: Connection, *, limit: int, cursor: RepairCursor | None = None
+) -> int:
     """The periodic repair: release (or end) held steps none of whose dependencies is
-    active; returns how many steps it found. Opens its own transaction."""
+    active, examining at most `limit` steps after `cursor` (which it moves on, and back to
+    the start after the last step); returns how many steps it found. Opens its own
+    transaction."""
+    cursor = cursor if cursor is not None else RepairCursor()
     async with conn.transaction():
-        cursor = await conn.execute(_QUERIES.stuck_steps, {"limit": limit})
-        stuck = [cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()]
+        rows = await conn.execute(_QUERIES.stuck_steps, {"scan": limit, "after": cursor.after})
+        row = await rows.fetchone()
+        assert row is not None
+        stuck = cast(list[uuid.UUID], row["stuck"])
         _, doomed = await _release_ready(conn, stuck)
         await release_dependents(conn, await _end_unrun(conn, doomed))
+    done = cast(int, row["examined"]) < limit
+    cursor.after = None if done else cast(uuid.UUID, row["last_examined"])
     return len(stuck)
 
 
