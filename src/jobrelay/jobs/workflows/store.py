@@ -316,7 +316,8 @@ async def get_workflow(
     after_step: str | None = None,
 ) -> WorkflowView | None:
     """The workflow with its status, its steps counted by state and the page of at most
-    `step_limit` steps named after `after_step`; None when there is none."""
+    `step_limit` steps named after `after_step` (0: no steps, the cheapest read of a
+    status); None when there is none."""
     cursor = await conn.execute(_QUERIES.get_workflow, {"id": workflow_id})
     found = await cursor.fetchone()
     if found is None:
@@ -324,11 +325,13 @@ async def get_workflow(
     cursor = await conn.execute(_QUERIES.step_counts, {"id": workflow_id})
     tallies = await cursor.fetchall()
     counts = {str(r["state"]): cast(int, r["steps"]) for r in tallies}
-    cursor = await conn.execute(
-        _QUERIES.workflow_steps,
-        {"id": workflow_id, "after": after_step, "limit": step_limit + 1},
-    )
-    steps = [_step(r) for r in await cursor.fetchall()]
+    steps: list[StepView] = []
+    if step_limit > 0:  # 0: the status and counts alone
+        cursor = await conn.execute(
+            _QUERIES.workflow_steps,
+            {"id": workflow_id, "after": after_step, "limit": step_limit + 1},
+        )
+        steps = [_step(r) for r in await cursor.fetchall()]
     more = len(steps) > step_limit
     steps = steps[:step_limit]
     running = any(state in ACTIVE_STATES for state in counts)
