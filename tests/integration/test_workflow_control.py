@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from jobrelay.domain.errors import Conflict, NotFound
+from jobrelay.jobs import claims
 from jobrelay.jobs.workflows import control
 from jobrelay.jobs.workflows.graph import Workflow
 from tests.jobs_support import eventually, fetch
@@ -298,3 +299,30 @@ async def test_ended_workflows_are_pruned_after_their_retention_with_their_steps
     assert (
         await fetch(pool, "SELECT job_id FROM workflow_steps WHERE workflow_id = %s", old.id) == []
     )
+
+
+async def test_a_step_failed_by_a_lease_rescue_releases_its_dependents_at_once(
+    pool: Pool,
+) -> None:
+    """A lease that expired on the last attempt fails the step in the rescue's transaction,
+    and that transaction counts the end: the `run` dependent is released then, not by the
+    step reconciler's next pass."""
+    created = await create(
+        pool,
+        Workflow("rescued")
+        .step("lost", "wf.emit", {}, max_attempts=1)
+        .step("after", "wf.emit", {}, after=["lost"], on_dependency_failure="run")
+        .step("cancelled", "wf.emit", {}, after=["lost"]),
+    )
+    async with pool.connection() as conn:
+        await conn.execute(  # a worker claimed it and vanished: its lease is over
+            "UPDATE jobs SET status = 'in_progress', claim_token = gen_random_uuid(), "
+            "claimed_at = now(), claimed_by = 'gone', attempt_count = 1, "
+            "lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            (created.steps["lost"],),
+        )
+        rescued = await claims.rescue_expired(conn)
+    assert rescued == {created.steps["lost"]: "failed"}
+    steps = steps_of(await view_of(pool, created.id))
+    assert steps["after"].state == "pending" and steps["after"].releases == 1
+    assert steps["cancelled"].state == "cancelled"

@@ -513,7 +513,21 @@ async def rescue_expired(conn: Connection, *, limit: int = 1000) -> dict[uuid.UU
             if r["parent_id"] is not None and r["status"] == "failed"
         ]
         await reconcile_parents(conn, failed_parents)
+        await _count_failed_steps(conn, rows)
     return {cast(uuid.UUID, row["id"]): str(row["status"]) for row in rows}
+
+
+async def _count_failed_steps(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Count the ends of workflow steps a maintenance path failed (a lease rescue out of
+    attempts, an unserved type) into their dependents, in that path's transaction, so they
+    are released or ended now rather than by the step reconciler's next pass."""
+    failed = {
+        cast(uuid.UUID, r["id"]): False
+        for r in rows
+        if r.get("workflow_id") is not None and r.get("status", "failed") == "failed"
+    }
+    if failed:
+        await steps_release.release_dependents(conn, failed)
 
 
 async def fail_unserved(
@@ -538,7 +552,8 @@ async def fail_unserved(
                 "reason": f"no worker has had its handler for {after_s:g} s",
             },
         )
-        failed = {cast(uuid.UUID, r["id"]) for r in await cursor.fetchall()}
+        failed_rows = await cursor.fetchall()
+        failed = {cast(uuid.UUID, r["id"]) for r in failed_rows}
         await reconcile_parents(
             conn,
             [
@@ -547,6 +562,7 @@ async def fail_unserved(
                 if r["id"] in failed and r["parent_id"]
             ],
         )
+        await _count_failed_steps(conn, failed_rows)
     return {cast(uuid.UUID, r["id"]): str(r["type"]) for r in found if r["id"] in failed}
 
 

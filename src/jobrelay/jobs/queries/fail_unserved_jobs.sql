@@ -29,4 +29,4 @@ archived AS (
         )
     ) AS finished
 )
-SELECT (job).id, (job).parent_id FROM failed
+SELECT (job).id, (job).parent_id, (job).workflow_id FROM failed

@@ -32,7 +32,7 @@ rescued AS (
     FROM expired
     WHERE jobs.id = expired.id AND expired.retry
     RETURNING jobs.id, jobs.status, jobs.parent_id, expired.claim_token, jobs.attempt_count,
-        jobs.claimed_by, jobs.claimed_at, jobs.last_error
+        jobs.claimed_by, jobs.claimed_at, jobs.last_error, jobs.workflow_id
 ),
 exhausted AS (
     DELETE FROM jobs
@@ -57,7 +57,7 @@ ended AS (
     UNION ALL
     SELECT
         (job).id, 'failed', (job).parent_id, (job).claim_token, (job).attempt_count,
-        (job).claimed_by, (job).claimed_at, error
+        (job).claimed_by, (job).claimed_at, error, (job).workflow_id
     FROM exhausted
 ),
 attempt AS (
@@ -67,7 +67,7 @@ attempt AS (
     SELECT id, claim_token, attempt_count, claimed_by, claimed_at, 'lease_expired', last_error
     FROM ended
 )
-SELECT ended.id, ended.status, ended.parent_id, wake.sent
+SELECT ended.id, ended.status, ended.parent_id, ended.workflow_id, wake.sent
 FROM ended
 LEFT JOIN LATERAL (
     SELECT pg_notify('jobrelay_jobs', 'behind') IS NULL AS sent
