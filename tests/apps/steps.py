@@ -12,7 +12,7 @@ import asyncio
 import json
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from jobrelay import Complete, Fail, JobContext, JobPayload, JobTypes, Outcome
 from jobrelay.jobs.workflows.graph import Step
@@ -64,6 +64,12 @@ async def emit(ctx: JobContext[Emit]) -> Outcome:
     return Complete(result={"value": ctx.payload.value})
 
 
+class Value(BaseModel):
+    """The result of a step as `wf.sum` reads it (`DependencyResult.result_as`)."""
+
+    value: int = 0
+
+
 @job_types.job_type("wf.sum")
 async def add_up(ctx: JobContext[Sum]) -> Outcome:
     dependencies = await ctx.dependency_results()
@@ -71,7 +77,7 @@ async def add_up(ctx: JobContext[Sum]) -> Outcome:
     await _record(ctx, seen)
     if ctx.job.attempt_count == 1 and ctx.payload.hold_s:
         await asyncio.sleep(ctx.payload.hold_s)
-    total = sum(int((d.result or {}).get("value", 0)) for d in dependencies.values())
+    total = sum(d.result_as(Value).value for d in dependencies.values() if d.status == "completed")
     return Complete(result={"value": total, "seen": seen})
 
 

@@ -27,12 +27,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
 
 _QUERIES = Queries("jobrelay.jobs.workflows")
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,12 @@ class DependencyResult:
     status: str  # completed, failed, cancelled, skipped
     result: Mapping[str, Any] | None
     error: str | None
+
+    def result_as(self, model: type[M]) -> M:
+        """The result validated as `model`, the Pydantic model the dependency's handler
+        returns (`Complete(result=model.model_dump())`); a result that does not fit raises
+        `pydantic.ValidationError` (a permanent failure of the step that reads it)."""
+        return model.model_validate(self.result or {})
 
 
 async def lock_dependents(conn: Connection, ending: Sequence[uuid.UUID]) -> set[uuid.UUID]:
