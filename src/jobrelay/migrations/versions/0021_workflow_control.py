@@ -7,7 +7,9 @@
   its steps, for a read and for lists alike: `running` while a step is in `jobs` (held,
   pending or running), `cancelling` when it is so after a cancel; then `cancelled` when a
   cancel ended a step, `failed` when a step failed or was cancelled by a failed
-  dependency, else `completed` (skipped steps count as ended well).
+  dependency, else `completed` (skipped steps count as ended well). Each test reads the
+  steps' jobs through the workflow_id indexes and probes a step by its primary key, so no
+  row estimate can plan a scan per step.
   Lists read workflows newest first through `workflows_created_idx` and derive each
   page's statuses (an index probe or two a row).
 
@@ -44,18 +46,24 @@ AS $$
         WHEN workflow.cancelled_at IS NOT NULL AND EXISTS (
             SELECT 1
             FROM finished_jobs AS step_job
-            JOIN workflow_steps AS step ON step.job_id = step_job.id
             WHERE step_job.workflow_id = workflow.id
                 AND step_job.status = 'cancelled'
-                AND NOT step.skipped
+                AND NOT EXISTS (
+                    SELECT 1
+                    FROM workflow_steps AS step
+                    WHERE step.job_id = step_job.id AND step.skipped
+                )
         ) THEN 'cancelled'
         WHEN EXISTS (
             SELECT 1
             FROM finished_jobs AS step_job
-            JOIN workflow_steps AS step ON step.job_id = step_job.id
             WHERE step_job.workflow_id = workflow.id
                 AND step_job.status IN ('failed', 'cancelled')
-                AND NOT step.skipped
+                AND NOT EXISTS (
+                    SELECT 1
+                    FROM workflow_steps AS step
+                    WHERE step.job_id = step_job.id AND step.skipped
+                )
         ) THEN 'failed'
         ELSE 'completed'
     END

@@ -1,7 +1,8 @@
 -- A page of a workflow's steps by name (after the cursor), each with its state: `held`
 -- (waiting for dependencies), `skipped`, or its job's status; its dependencies by name,
 -- attempts, result and error. The page is taken first from the (workflow_id, name) index,
--- then only its steps' jobs and edges are read: the cost follows the page, not the
+-- then only its steps' jobs and edges are read, through primary keys (`= ANY` of arrays
+-- built first, so no estimate plans a scan per step): the cost follows the page, not the
 -- workflow's size.
 WITH page AS MATERIALIZED (
     SELECT
@@ -17,12 +18,30 @@ WITH page AS MATERIALIZED (
     ORDER BY step.name
     LIMIT %(limit)s
 ),
+page_edges AS MATERIALIZED (
+    SELECT edge.upstream_id, edge.downstream_id
+    FROM workflow_edges AS edge
+    WHERE edge.downstream_id = ANY(ARRAY(SELECT job_id FROM page))
+),
+upstream_names AS MATERIALIZED (
+    SELECT upstream.job_id, upstream.name
+    FROM workflow_steps AS upstream
+    WHERE upstream.job_id = ANY(ARRAY(SELECT DISTINCT upstream_id FROM page_edges))
+),
 dependencies AS (
-    SELECT edge.downstream_id AS job_id, array_agg(upstream.name ORDER BY upstream.name) AS after
-    FROM page
-    JOIN workflow_edges AS edge ON edge.downstream_id = page.job_id
-    JOIN workflow_steps AS upstream ON upstream.job_id = edge.upstream_id
-    GROUP BY edge.downstream_id
+    SELECT
+        page_edges.downstream_id AS job_id,
+        array_agg(upstream_names.name ORDER BY upstream_names.name) AS after
+    FROM page_edges
+    JOIN upstream_names ON upstream_names.job_id = page_edges.upstream_id
+    GROUP BY page_edges.downstream_id
+),
+page_jobs AS MATERIALIZED (
+    SELECT job.id, job.status, job.available_at, job.type, job.attempt_count, job.result,
+        job.last_error, job.finished_at
+    FROM all_jobs AS job
+    WHERE job.id = ANY(ARRAY(SELECT job_id FROM page))
+        AND job.workflow_id = %(id)s
 )
 SELECT
     page.name,
@@ -43,6 +62,6 @@ SELECT
     job.finished_at,
     coalesce(dependencies.after, '{}') AS after
 FROM page
-JOIN all_jobs AS job ON job.id = page.job_id AND job.workflow_id = %(id)s
+JOIN page_jobs AS job ON job.id = page.job_id
 LEFT JOIN dependencies ON dependencies.job_id = page.job_id
 ORDER BY page.name
