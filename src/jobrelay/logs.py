@@ -18,6 +18,7 @@ import sys
 from typing import TextIO
 
 import structlog
+import structlog.tracebacks
 
 from jobrelay import tracing
 from jobrelay.settings import Settings
@@ -64,7 +65,14 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
     ]
     renderer: structlog.types.Processor
     if as_json:
-        shared.append(structlog.processors.dict_tracebacks)
+        # Tracebacks as data, without each frame's local variables: those hold payloads,
+        # tokens and connection strings, and after a database outage every worker loop
+        # logged tens of kilobytes of them per line.
+        shared.append(
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        )
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))

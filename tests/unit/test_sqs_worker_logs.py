@@ -64,3 +64,23 @@ def test_json_lines_carry_bound_ids_and_stdlib_records_too() -> None:
     assert first["level"] == "info" and first["logger"] == "jobrelay.test"
     assert "timestamp" in first
     assert lines[1]["level"] == "warning" and "child_id" not in lines[1]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_logged_exception_keeps_its_frames_but_not_their_local_variables() -> None:
+    stream = io.StringIO()
+    configure_logging(Settings(log={"format": "json"}), stream=stream)
+    log = structlog.get_logger("jobrelay.test")
+
+    def connect(dsn: str) -> None:
+        raise ConnectionError("server closed the connection")
+
+    try:
+        connect("postgresql://app:hunter2@db/app")
+    except ConnectionError:
+        log.exception("loop.failing")
+    line = json.loads(stream.getvalue().splitlines()[-1])
+    (exception,) = line["exception"]
+    assert exception["exc_type"] == "ConnectionError"
+    assert [frame["name"] for frame in exception["frames"]][-1] == "connect"
+    assert "hunter2" not in stream.getvalue()
