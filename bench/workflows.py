@@ -605,9 +605,7 @@ def scenario_held(url: str, args: argparse.Namespace, report: Report) -> None:
     plan = asyncio.run(
         _explain(held, WORKFLOW_QUERIES.stuck_steps, {"scan": 2000, "after": None}, rollback=True)
     )
-    report(
-        "# the repair statement (stuck_steps.sql, one pass of 2,000 steps) over the held steps:"
-    )
+    report("# the repair statement (stuck_steps.sql, one pass of 2,000 steps) over the held steps:")
     for line in plan:
         report("    " + line)
 
