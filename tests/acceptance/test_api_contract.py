@@ -24,7 +24,7 @@ PUBLIC = {"/healthz", "/readyz", "/dev/local-issuer/jwks.json", "/v1/webhooks/wo
 # (The worker webhook is authenticated by its Standard Webhooks signature instead.)
 
 # Routes not scoped to an organization: the caller itself, and admin-only jobs endpoints.
-NOT_TENANT_SCOPED = re.compile(r"^/v1/(me|jobs.*|media/.*|schedules)$")
+NOT_TENANT_SCOPED = re.compile(r"^/v1/(me|jobs.*|workflows.*|media/.*|schedules)$")
 
 # How to make a resource in another organization for each path parameter (optionally per
 # path); a new route with a new parameter must add its factory here, so no endpoint escapes
@@ -79,6 +79,7 @@ RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "code2wfId": _foreign_code2wf,
     "projectId": _foreign_project,
     "jobId": _any_job,
+    "workflowId": _any_job,  # workflows, like jobs, are the admin role's, not a tenant's
     "batchId": _foreign_batch,
     "pageImportId": _foreign_page_import,
     "code2desId": _foreign_code2des,
