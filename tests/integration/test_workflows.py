@@ -151,6 +151,19 @@ async def test_the_repair_examines_a_bounded_slice_a_pass_and_reaches_every_step
     assert sum(found) == 1 and max(found) == 1
 
 
+async def test_every_step_takes_turns_as_the_workflows_fairness_key(pool: Pool) -> None:
+    created = await create(
+        pool,
+        Workflow("tenant", fairness_key="org-42")
+        .step("a", "wf.emit", {})
+        .step("b", "wf.emit", {}, after=["a"]),
+    )
+    rows = await fetch(
+        pool, "SELECT fairness_key FROM jobs WHERE workflow_id = %s ORDER BY id", created.id
+    )
+    assert [r["fairness_key"] for r in rows] == ["org-42", "org-42"]
+
+
 async def test_finished_steps_are_kept_whatever_the_retention_of_their_type(pool: Pool) -> None:
     created = await create(pool, Workflow("kept").step("only", "wf.emit", {"value": 4}))
     async with worker(pool):
