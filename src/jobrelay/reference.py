@@ -34,7 +34,8 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from jobrelay.settings import SettingField, Settings, env_names, setting_fields, setting_groups
+from jobrelay.settings import Settings, setting_fields, setting_groups
+from jobrelay.settings_sources import SettingField, env_names
 
 REGENERATE = "make docs"
 """The command that rewrites the generated pages; failing checks name it."""

@@ -8,13 +8,13 @@ The settings are grouped by the part that reads them, one model per group: `sett
 `settings.api`, `settings.relay`, `settings.worker`, ... (`env` and `data_dir` belong to the
 whole process and sit on `Settings` itself). A group's field has its flat name as validation
 alias (`settings.db.pool_max` is `db_pool_max`): the variable is `JOBRELAY_` + that name
-upper-cased, and a validation error names it (`db.db_pool_max`). `GroupedEnvSource` reads
-every group's variables in one pass over the environment; `setting_fields()` lists every
-setting with its variables (for the reference page, the CLI's error lines, the secret files).
+upper-cased, and a validation error names it (`db.db_pool_max`). How they are read is
+`jobrelay.settings_sources` (the loader: every group's variables in one pass over the
+environment, secret files, values given in code); `setting_fields()` lists every setting
+with its variables (for the reference page, the CLI's error lines, the secret files).
 
 Secrets (`DATABASE_URL` and every `SecretStr` field) may also be given as a file, the
-container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value
-(`SecretFileSource`). Which defaults production refuses is decided in
+container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value. Which defaults production refuses is decided in
 `jobrelay.bootstrap.environment`.
 
 Each part builds its configuration from its group: `RelayConfig.from_settings(settings.relay,
@@ -28,13 +28,10 @@ type against the signature they are unpacked into.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 from urllib.parse import urlsplit
@@ -43,20 +40,17 @@ from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
-from jobrelay.domain.errors import JobrelayError
 from jobrelay.domain.fair_dispatch import parse_organization_weights
 from jobrelay.domain.jobs_config import (
     Rate,
@@ -65,10 +59,19 @@ from jobrelay.domain.jobs_config import (
     parse_failpoints,
     parse_type_retention,
 )
+from jobrelay.settings_sources import (
+    GroupedEnvSource,
+    KeysByAlias,
+    SecretFileSource,
+    SettingField,
+    SettingsGroup,
+    fields_of,
+    groups_of,
+    setting_at,
+)
 
 Environment = Literal["development", "production"]
 
-ENV_PREFIX = "JOBRELAY_"
 """The prefix of every variable but `DATABASE_URL`'s."""
 
 # Public (it is in the source): production refuses to start with it.
@@ -84,11 +87,6 @@ _CONNINFO_PAIRS = re.compile(r"\s*(?:\w+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)
 _SECRET: dict[str, Any] = {"secret": True}
 
 
-class SettingsFileError(JobrelayError):
-    """A `<VARIABLE>_FILE` setting names a file that cannot be read (or clashes with
-    `<VARIABLE>`); the message names both."""
-
-
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -97,14 +95,6 @@ def _split_csv(value: object) -> object:
 
 # A list setting is one comma-separated variable: "a, b" is ["a", "b"].
 _CSV = BeforeValidator(_split_csv)
-
-
-class _Group(BaseModel):
-    """The settings of one part. A plain model, not a `BaseSettings`: only `Settings` reads
-    the environment, once for every group. Its fields are set by name in code
-    (`Settings(db={"pool_max": 6})`) and by their alias, the flat name, from the sources."""
-
-    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, extra="forbid")
 
 
 class PoolOptions(TypedDict):
@@ -129,7 +119,7 @@ class NetworkOptions(TypedDict):
     tcp_user_timeout_s: float
 
 
-class DatabaseSettings(_Group):
+class DatabaseSettings(SettingsGroup):
     """The database: `DATABASE_URL` or the embedded server, and each process's pool."""
 
     url: str | None = Field(
@@ -280,7 +270,7 @@ class DatabaseSettings(_Group):
         )
 
 
-class ApiSettings(_Group):
+class ApiSettings(SettingsGroup):
     """The HTTP API: where it listens, how long a request waits, its /metrics."""
 
     host: str = Field(
@@ -328,7 +318,7 @@ class ApiSettings(_Group):
     )
 
 
-class AwsSettings(_Group):
+class AwsSettings(SettingsGroup):
     """SQS and S3: the endpoint (or the local emulator) and the results bucket."""
 
     endpoint_url: str | None = Field(
@@ -368,7 +358,7 @@ class AwsSettings(_Group):
     )
 
 
-class SqsSettings(_Group):
+class SqsSettings(SettingsGroup):
     """The work queue, its dead-letter queue and its message size limit."""
 
     queue_name: str = Field(
@@ -394,7 +384,7 @@ class SqsSettings(_Group):
     )
 
 
-class WebhookSettings(_Group):
+class WebhookSettings(SettingsGroup):
     """Standard Webhooks: the secrets the SQS workers sign with and the API verifies."""
 
     secrets: Annotated[list[SecretStr], _CSV] = Field(
@@ -404,7 +394,7 @@ class WebhookSettings(_Group):
     )
 
 
-class AuthSettings(_Group):
+class AuthSettings(SettingsGroup):
     """Bearer tokens: the local issuer or a Cognito user pool, and the admin group."""
 
     mode: Literal["local", "cognito"] = Field(
@@ -452,7 +442,7 @@ class AuthSettings(_Group):
     )
 
 
-class UiSettings(_Group):
+class UiSettings(SettingsGroup):
     """The console (/ui): its session cookie and its Cognito Hosted UI login."""
 
     session_secret: SecretStr = Field(
@@ -511,7 +501,7 @@ class UiSettings(_Group):
         return value.strip().rstrip("/")
 
 
-class SqsWorkerSettings(_Group):
+class SqsWorkerSettings(SettingsGroup):
     """The reference SQS workers (`jobrelay sqs-worker`): receive, work, post outcomes."""
 
     webhook_url: str = Field(
@@ -593,7 +583,7 @@ class SqsWorkerSettings(_Group):
         return self
 
 
-class BatchSettings(_Group):
+class BatchSettings(SettingsGroup):
     """Batches: their size and how a cancel is carried out."""
 
     max_items: int = Field(
@@ -611,7 +601,7 @@ class BatchSettings(_Group):
     )
 
 
-class RelaySettings(_Group):
+class RelaySettings(SettingsGroup):
     """The batch relay (`jobrelay relay`): claims, sends, windows per organization."""
 
     lease_s: float = Field(
@@ -744,7 +734,7 @@ class JobsWorkerOptions(TypedDict):
     workflow_max_steps: int
 
 
-class JobsSettings(_Group):
+class JobsSettings(SettingsGroup):
     """The jobs engine: job types, payloads, leases, limits across workers, schedules,
     pruning."""
 
@@ -941,7 +931,7 @@ class WorkerOptions(TypedDict):
     result_limit_bytes: int
 
 
-class WorkerSettings(_Group):
+class WorkerSettings(SettingsGroup):
     """A jobs worker (`jobrelay worker`): slots, claiming, its pool, shutdown, /metrics."""
 
     concurrency: int | None = Field(
@@ -1043,7 +1033,7 @@ class WorkerSettings(_Group):
         )
 
 
-class LogSettings(_Group):
+class LogSettings(SettingsGroup):
     """Logging of every process."""
 
     format: Literal["auto", "json", "console"] = Field(
@@ -1054,7 +1044,7 @@ class LogSettings(_Group):
     level: str = Field(validation_alias="log_level", default="INFO", description="Log level.")
 
 
-class TracingSettings(_Group):
+class TracingSettings(SettingsGroup):
     """Traces (OpenTelemetry, the `jobrelay[otel]` extra): the standard `OTEL_*` variables.
 
     Off unless an exporter is configured: `OTEL_TRACES_EXPORTER` (`otlp` or `console`) or an
@@ -1249,198 +1239,21 @@ def database_url_problem(url: str) -> str | None:
     return None
 
 
-def is_secret(field: FieldInfo) -> bool:
-    """True for `SecretStr` fields (also in a list or optional) and fields marked secret."""
-    extra = field.json_schema_extra
-    if isinstance(extra, dict) and extra.get("secret") is True:
-        return True
-    return _mentions_secret(field.annotation)
-
-
-def _mentions_secret(annotation: object) -> bool:
-    if annotation is SecretStr:
-        return True
-    return any(_mentions_secret(arg) for arg in typing.get_args(annotation))
-
-
-def env_names(name: str, field: FieldInfo) -> list[str]:
-    """The environment variables that set field `name` (of a group or of `Settings`), the
-    preferred one first: the choices of an `AliasChoices`, else `JOBRELAY_` + the flat name
-    (the alias, or the field's own name) upper-cased."""
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [choice for choice in alias.choices if isinstance(choice, str)]
-    flat = alias if isinstance(alias, str) else name
-    return [f"{ENV_PREFIX}{flat}".upper()]
-
-
-@dataclass(frozen=True)
-class SettingField:
-    """One setting: the group holding it, its field, and the variables that set it."""
-
-    group: str | None
-    """The field of `Settings` that holds it; None for a field of `Settings` itself."""
-    name: str
-    field: FieldInfo
-
-    @property
-    def key(self) -> str:
-        """The key the sources give its value under (and a validation error's location
-        names): its flat name, the first alias, else the field's name."""
-        alias = self.field.validation_alias
-        if isinstance(alias, AliasChoices):
-            first = alias.choices[0]
-            return first if isinstance(first, str) else self.name
-        return alias if isinstance(alias, str) else self.name
-
-    @property
-    def path(self) -> str:
-        """Where code reads it: `db.pool_max` is `settings.db.pool_max`."""
-        return self.name if self.group is None else f"{self.group}.{self.name}"
-
-    @property
-    def variables(self) -> list[str]:
-        """The environment variables that set it, the preferred one first."""
-        return env_names(self.name, self.field)
-
-    @property
-    def secret(self) -> bool:
-        """True when it may also come from `<VARIABLE>_FILE` (and is never echoed)."""
-        return is_secret(self.field)
-
-
 def setting_groups() -> dict[str, type[BaseModel]]:
     """The groups of `Settings` by field name, in declaration order."""
-    groups: dict[str, type[BaseModel]] = {}
-    for name, field in Settings.model_fields.items():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, _Group):
-            groups[name] = field.annotation
-    return groups
+    return groups_of(Settings)
 
 
-@functools.cache
 def setting_fields() -> tuple[SettingField, ...]:
     """Every setting, in declaration order: the fields of `Settings` itself, then each
     group's."""
-    groups = setting_groups()
-    fields = [
-        SettingField(None, name, field)
-        for name, field in Settings.model_fields.items()
-        if name not in groups
-    ]
-    for group, model in groups.items():
-        fields += [SettingField(group, name, field) for name, field in model.model_fields.items()]
-    return tuple(fields)
+    return fields_of(Settings)
 
 
 def find_setting(loc: tuple[int | str, ...]) -> tuple[SettingField, tuple[int | str, ...]] | None:
     """The setting a validation error's location names and the rest of the location (an
     index in a list), or None when it names no single setting (a check across a group)."""
-    for setting in setting_fields():
-        head = (setting.key,) if setting.group is None else (setting.group, setting.key)
-        if loc[: len(head)] == head:
-            return setting, loc[len(head) :]
-    return None
-
-
-def _nested(values: list[tuple[SettingField, object]]) -> dict[str, Any]:
-    """(setting, value) pairs as the sources give them: `{group: {key: value}}`."""
-    nested: dict[str, Any] = {}
-    for setting, value in values:
-        if setting.group is None:
-            nested[setting.key] = value
-        else:
-            nested.setdefault(setting.group, {})[setting.key] = value
-    return nested
-
-
-class KeysByAlias(PydanticBaseSettingsSource):
-    """The values given to `Settings(...)` or `load_settings(...)`, each group's keyed like
-    the other sources' (a field's name becomes its alias), so that a value given in code
-    wins over the environment's when both are merged."""
-
-    def __init__(
-        self, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource
-    ) -> None:
-        super().__init__(settings_cls)
-        self._init_settings = init_settings
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        # Unused: `__call__` renames the keys of the init source's whole output.
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        values = dict(self._init_settings())
-        aliases: dict[str, dict[str, str]] = {}
-        for setting in setting_fields():
-            if setting.group is not None:
-                aliases.setdefault(setting.group, {})[setting.name] = setting.key
-        for group, renames in aliases.items():
-            given = values.get(group)
-            if isinstance(given, Mapping):  # a group model given whole stays as it is
-                values[group] = {renames.get(key, key): value for key, value in given.items()}
-        return values
-
-
-class GroupedEnvSource(PydanticBaseSettingsSource):
-    """Every setting from its environment variable, read in one pass over the environment.
-
-    Like pydantic-settings' own source: names match case-insensitively, the first variable
-    of a setting that is set wins (`DATABASE_URL` before `JOBRELAY_DATABASE_URL`), and the
-    text is validated by the field (a comma-separated list is split by its validator).
-    """
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        # Unused: `__call__` reads every setting itself.
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        environ = {name.lower(): value for name, value in os.environ.items()}
-        values: list[tuple[SettingField, object]] = []
-        for setting in setting_fields():
-            for variable in setting.variables:
-                if variable.lower() in environ:
-                    values.append((setting, environ[variable.lower()]))
-                    break
-        return _nested(values)
-
-
-class SecretFileSource(PydanticBaseSettingsSource):
-    """Secrets from files: `<VARIABLE>_FILE=/run/secrets/x` gives the stripped content of
-    that file as the value of `<VARIABLE>`, for every secret setting (`is_secret`).
-
-    A file that cannot be read, or a variable given both ways, raises `SettingsFileError`
-    naming the variable and the path, so the command stops before it starts anything.
-    """
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        # Unused: `__call__` reads every field itself.
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        values: list[tuple[SettingField, object]] = []
-        for setting in setting_fields():
-            if not setting.secret:
-                continue
-            for variable in setting.variables:
-                path = os.environ.get(f"{variable}_FILE")
-                if not path:
-                    continue
-                if os.environ.get(variable):
-                    raise SettingsFileError(
-                        f"both {variable} and {variable}_FILE are set; set one of them"
-                    )
-                values.append((setting, _read_secret_file(f"{variable}_FILE", path)))
-                break
-        return _nested(values)
-
-
-def _read_secret_file(variable: str, path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SettingsFileError(f"{variable}={path}: cannot read the file ({reason})") from None
+    return setting_at(Settings, loc)
 
 
 def load_settings(*, default_env: Environment | None = None, **overrides: object) -> Settings:

@@ -16,13 +16,11 @@ from jobrelay.cli.running_stack import load_cli_settings, recorded
 from jobrelay.settings import (
     DEVELOPMENT_WEBHOOK_SECRET,
     Settings,
-    SettingsFileError,
     database_url_problem,
-    env_names,
-    is_secret,
     load_settings,
     setting_fields,
 )
+from jobrelay.settings_sources import SettingsFileError, env_names, is_secret
 
 SECRET_FIELDS = sorted(s.path for s in setting_fields() if is_secret(s.field))
 
