@@ -7,15 +7,17 @@ makes the local stack work with nothing configured. Nothing here runs at import 
 The settings are grouped by the part that reads them, one model per group: `settings.db`,
 `settings.api`, `settings.relay`, `settings.worker`, ... (`env` and `data_dir` belong to the
 whole process and sit on `Settings` itself). A group's field has its flat name as validation
-alias (`settings.db.pool_max` is `db_pool_max`): the variable is `JOBRELAY_` + that name
-upper-cased, and a validation error names it (`db.db_pool_max`). How they are read is
-`jobrelay.settings_sources` (the loader: every group's variables in one pass over the
-environment, secret files, values given in code); `setting_fields()` lists every setting
-with its variables (for the reference page, the CLI's error lines, the secret files).
+alias, derived from the group's prefix and the field's name (`group_config("db")`:
+`settings.db.pool_max` is `db_pool_max`) unless the field declares its own: the variable is
+`JOBRELAY_` + that name upper-cased, and a validation error names it (`db.db_pool_max`).
+How they are read is `jobrelay.settings_sources` (the loader: every group's variables in one
+pass over the environment, secret files, values given in code); `setting_fields()` lists
+every setting with its variables (for the reference page, the CLI's error lines, the secret
+files).
 
 Secrets (`DATABASE_URL` and every `SecretStr` field) may also be given as a file, the
-container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value. Which defaults production refuses is decided in
-`jobrelay.bootstrap.environment`.
+container convention: `<VARIABLE>_FILE` names a file whose content, stripped, is the value.
+Which defaults production refuses is decided in `jobrelay.bootstrap.environment`.
 
 Each part builds its configuration from its group: `RelayConfig.from_settings(settings.relay,
 settings.sqs)`, `BatchLimits.from_settings(...)`, the SQS workers' `WorkerConfig.from_settings`.
@@ -66,6 +68,7 @@ from jobrelay.settings_sources import (
     SettingField,
     SettingsGroup,
     fields_of,
+    group_config,
     groups_of,
     setting_at,
 )
@@ -122,6 +125,8 @@ class NetworkOptions(TypedDict):
 class DatabaseSettings(SettingsGroup):
     """The database: `DATABASE_URL` or the embedded server, and each process's pool."""
 
+    model_config = group_config("db")
+
     url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("DATABASE_URL", "JOBRELAY_DATABASE_URL"),
@@ -149,20 +154,17 @@ class DatabaseSettings(SettingsGroup):
         ),
     )
     pool_min: int = Field(
-        validation_alias="db_pool_min",
         default=1,
         ge=0,
         description="Connections kept open per process.",
     )
     pool_max: int = Field(
-        validation_alias="db_pool_max",
         default=10,
         ge=1,
         description="Connection cap of the pool of the API and the one-shot commands (a "
         "worker's pool is JOBRELAY_WORKER_DB_POOL_MAX).",
     )
     connect_timeout_s: float = Field(
-        validation_alias="db_connect_timeout_s",
         default=2.0,
         gt=0,
         allow_inf_nan=False,
@@ -171,7 +173,6 @@ class DatabaseSettings(SettingsGroup):
         "tries again often and is connected again soon after the network heals.",
     )
     keepalives_idle_s: float = Field(
-        validation_alias="db_keepalives_idle_s",
         default=1.0,
         gt=0,
         allow_inf_nan=False,
@@ -180,20 +181,17 @@ class DatabaseSettings(SettingsGroup):
         "waits for a reply.",
     )
     keepalives_interval_s: float = Field(
-        validation_alias="db_keepalives_interval_s",
         default=1.0,
         gt=0,
         allow_inf_nan=False,
         description="Seconds between unanswered keepalive probes (whole seconds).",
     )
     keepalives_count: int = Field(
-        validation_alias="db_keepalives_count",
         default=3,
         ge=1,
         description="Unanswered keepalive probes that end a database connection.",
     )
     tcp_user_timeout_s: float = Field(
-        validation_alias="db_tcp_user_timeout_s",
         default=2.0,
         gt=0,
         allow_inf_nan=False,
@@ -202,7 +200,6 @@ class DatabaseSettings(SettingsGroup):
         "network fails the call in about this time instead of about 15 minutes.",
     )
     call_deadline_s: float = Field(
-        validation_alias="db_call_deadline_s",
         default=30.0,
         gt=0,
         allow_inf_nan=False,
@@ -212,7 +209,6 @@ class DatabaseSettings(SettingsGroup):
         "none.",
     )
     idle_in_transaction_timeout_s: float = Field(
-        validation_alias="db_idle_in_transaction_timeout_s",
         default=120.0,
         ge=0,
         description="The server ends a session of this process left idle inside a transaction "
@@ -273,21 +269,17 @@ class DatabaseSettings(SettingsGroup):
 class ApiSettings(SettingsGroup):
     """The HTTP API: where it listens, how long a request waits, its /metrics."""
 
-    host: str = Field(
-        validation_alias="api_host", default="127.0.0.1", description="API listen address."
-    )
-    port: int = Field(
-        validation_alias="api_port", default=8000, ge=0, le=65535, description="API port."
-    )
+    model_config = group_config("api")
+
+    host: str = Field(default="127.0.0.1", description="API listen address.")
+    port: int = Field(default=8000, ge=0, le=65535, description="API port.")
     db_wait_s: float = Field(
-        validation_alias="api_db_wait_s",
         default=1.0,
         gt=0,
         description="How long an API request waits for a database connection before it "
         "answers 503 with Retry-After (a database outage is never a hang).",
     )
     lock_timeout_s: float = Field(
-        validation_alias="api_lock_timeout_s",
         default=0.3,
         gt=0,
         allow_inf_nan=False,
@@ -297,13 +289,11 @@ class ApiSettings(SettingsGroup):
         "instead of hanging.",
     )
     metrics_token: SecretStr | None = Field(
-        validation_alias="api_metrics_token",
         default=None,
         description="Bearer token Prometheus presents on the API's /metrics; unset, /metrics "
         "needs an admin's JWT like the console endpoints.",
     )
     metrics_timeout_s: float = Field(
-        validation_alias="api_metrics_timeout_s",
         default=2.0,
         gt=0,
         le=60,
@@ -311,7 +301,6 @@ class ApiSettings(SettingsGroup):
         "then are left out (jobrelay_db_scrape_complete 0), nothing read at all is a 503.",
     )
     max_body_bytes: int = Field(
-        validation_alias="api_max_body_bytes",
         default=16 * 1024 * 1024,
         ge=1024,
         description="Request body cap (larger is a 413).",
@@ -321,14 +310,13 @@ class ApiSettings(SettingsGroup):
 class AwsSettings(SettingsGroup):
     """SQS and S3: the endpoint (or the local emulator) and the results bucket."""
 
+    model_config = group_config("aws")
+
     endpoint_url: str | None = Field(
-        validation_alias="aws_endpoint_url",
         default=None,
         description="SQS/S3 endpoint; unset locally means start the emulator.",
     )
-    region: str = Field(
-        validation_alias="aws_region", default="us-east-1", description="AWS region of SQS and S3."
-    )
+    region: str = Field(default="us-east-1", description="AWS region of SQS and S3.")
     emulator_port: int = Field(
         validation_alias="emulator_port",
         default=0,
@@ -342,14 +330,12 @@ class AwsSettings(SettingsGroup):
         description="Bucket of worker results.",
     )
     connect_timeout_s: float = Field(
-        validation_alias="aws_connect_timeout_s",
         default=2.0,
         gt=0,
         allow_inf_nan=False,
         description="How long opening a connection to SQS or S3 may take, in seconds.",
     )
     read_timeout_s: float = Field(
-        validation_alias="aws_read_timeout_s",
         default=10.0,
         gt=0,
         allow_inf_nan=False,
@@ -361,22 +347,19 @@ class AwsSettings(SettingsGroup):
 class SqsSettings(SettingsGroup):
     """The work queue, its dead-letter queue and its message size limit."""
 
-    queue_name: str = Field(
-        validation_alias="sqs_queue_name", default="jobrelay-work", description="The work queue."
-    )
+    model_config = group_config("sqs")
+
+    queue_name: str = Field(default="jobrelay-work", description="The work queue.")
     dlq_name: str = Field(
-        validation_alias="sqs_dlq_name",
         default="jobrelay-work-dlq",
         description="Dead-letter queue of the work queue.",
     )
     max_receive_count: int = Field(
-        validation_alias="sqs_max_receive_count",
         default=5,
         ge=1,
         description="Receives before a message moves to the dead-letter queue.",
     )
     message_limit_bytes: int = Field(
-        validation_alias="sqs_message_limit_bytes",
         default=256 * 1024,
         ge=1024,
         le=1024 * 1024,
@@ -387,8 +370,9 @@ class SqsSettings(SettingsGroup):
 class WebhookSettings(SettingsGroup):
     """Standard Webhooks: the secrets the SQS workers sign with and the API verifies."""
 
+    model_config = group_config("webhook")
+
     secrets: Annotated[list[SecretStr], _CSV] = Field(
-        validation_alias="webhook_secrets",
         default_factory=lambda: [SecretStr(DEVELOPMENT_WEBHOOK_SECRET)],
         description="Standard Webhooks secrets, comma separated; the first signs, all verify.",
     )
@@ -397,8 +381,9 @@ class WebhookSettings(SettingsGroup):
 class AuthSettings(SettingsGroup):
     """Bearer tokens: the local issuer or a Cognito user pool, and the admin group."""
 
+    model_config = group_config("auth")
+
     mode: Literal["local", "cognito"] = Field(
-        validation_alias="auth_mode",
         default="local",
         description="local: tokens from the local issuer; cognito: a Cognito user pool.",
     )
@@ -413,29 +398,24 @@ class AuthSettings(SettingsGroup):
         description="Region of the user pool; unset: JOBRELAY_AWS_REGION.",
     )
     client_ids: Annotated[list[str], _CSV] = Field(
-        validation_alias="auth_client_ids",
         default_factory=list,
         description="App client ids whose tokens are accepted (csv); local mode: jobrelay-local.",
     )
     token_uses: Annotated[list[str], _CSV] = Field(
-        validation_alias="auth_token_uses",
         default_factory=lambda: ["access"],
         description="Accepted token_use values (csv).",
     )
     admin_group: str = Field(
-        validation_alias="auth_admin_group",
         default="jobrelay-admins",
         description="cognito:groups entry that grants the admin role (jobs endpoints).",
     )
     leeway_s: float = Field(
-        validation_alias="auth_leeway_s",
         default=10.0,
         ge=0,
         le=300,
         description="Clock leeway for exp/nbf/iat, in seconds.",
     )
     jwks_refresh_interval_s: float = Field(
-        validation_alias="auth_jwks_refresh_interval_s",
         default=30.0,
         ge=0,
         description="An unknown kid refetches the JWKS at most this often.",
@@ -445,21 +425,20 @@ class AuthSettings(SettingsGroup):
 class UiSettings(SettingsGroup):
     """The console (/ui): its session cookie and its Cognito Hosted UI login."""
 
+    model_config = group_config("ui")
+
     session_secret: SecretStr = Field(
-        validation_alias="ui_session_secret",
         default=SecretStr(DEVELOPMENT_UI_SESSION_SECRET),
         description="Signs the console's (/ui) session cookie (itsdangerous); production "
         "refuses the built-in development value.",
     )
     session_ttl_s: int = Field(
-        validation_alias="ui_session_ttl_s",
         default=8 * 3600,
         ge=60,
         le=7 * 86400,
         description="How long a console session (its cookie and the token inside) lasts.",
     )
     cognito_domain: str | None = Field(
-        validation_alias="ui_cognito_domain",
         default=None,
         description="Base URL of the Cognito Hosted UI (the user pool's domain), e.g. "
         "https://myapp.auth.eu-west-1.amazoncognito.com: with JOBRELAY_AUTH_MODE=cognito the "
@@ -467,20 +446,17 @@ class UiSettings(SettingsGroup):
         "/oauth2/authorize and /oauth2/token (https; http only on a loopback host).",
     )
     cognito_client_id: str | None = Field(
-        validation_alias="ui_cognito_client_id",
         default=None,
         description="The Cognito app client of the console's login (its tokens are accepted "
         "like JOBRELAY_AUTH_CLIENT_IDS'); allowed callback URL: JOBRELAY_UI_COGNITO_REDIRECT_URL, "
         "allowed sign-out URL: the same origin's /ui/logged-out.",
     )
     cognito_client_secret: SecretStr | None = Field(
-        validation_alias="ui_cognito_client_secret",
         default=None,
         description="The console app client's secret, when it has one (sent with HTTP Basic "
         "to /oauth2/token); unset: a public client (PKCE only).",
     )
     cognito_redirect_url: str | None = Field(
-        validation_alias="ui_cognito_redirect_url",
         default=None,
         description="The console's callback as registered in the app client, "
         "https://<api host>/ui/auth/callback; unset (development only): derived from the "
@@ -504,70 +480,61 @@ class UiSettings(SettingsGroup):
 class SqsWorkerSettings(SettingsGroup):
     """The reference SQS workers (`jobrelay sqs-worker`): receive, work, post outcomes."""
 
+    model_config = group_config("sqs_worker")
+
     webhook_url: str = Field(
-        validation_alias="sqs_worker_webhook_url",
         default="http://127.0.0.1:8000/v1/webhooks/worker",
         description="Where the SQS workers post their signed outcomes.",
     )
     concurrency: int = Field(
-        validation_alias="sqs_worker_concurrency",
         default=8,
         ge=1,
         le=256,
         description="Messages one sqs-worker process works at once.",
     )
     visibility_timeout_s: int = Field(
-        validation_alias="sqs_worker_visibility_timeout_s",
         default=30,
         ge=1,
         le=43200,
         description="Visibility timeout a worker asks for per receive.",
     )
     heartbeat_s: float = Field(
-        validation_alias="sqs_worker_heartbeat_s",
         default=10.0,
         gt=0,
         description="How often an in-flight message's visibility is extended.",
     )
     poll_wait_s: int = Field(
-        validation_alias="sqs_worker_poll_wait_s",
         default=10,
         ge=0,
         le=20,
         description="SQS long poll.",
     )
     handler_timeout_s: float = Field(
-        validation_alias="sqs_worker_handler_timeout_s",
         default=120.0,
         gt=0,
         description="A handler running longer counts as a transient failure.",
     )
     webhook_timeout_s: float = Field(
-        validation_alias="sqs_worker_webhook_timeout_s",
         default=10.0,
         gt=0,
         description="Timeout of one webhook request.",
     )
     webhook_retry_s: float = Field(
-        validation_alias="sqs_worker_webhook_retry_s",
         default=120.0,
         ge=0,
         description="How long one message's webhook is retried (5xx, 429).",
     )
     shutdown_grace_s: float = Field(
-        validation_alias="sqs_worker_shutdown_grace_s",
         default=20.0,
         ge=0,
         description="On SIGTERM/SIGINT, how long in-flight messages may finish before they are "
         "made visible again.",
     )
     file_root: Path | None = Field(
-        validation_alias="sqs_worker_file_root",
         default=None,
         description="Directory file:// page URLs may read from; unset refuses them.",
     )
     fetch_max_bytes: int = Field(
-        validation_alias="sqs_worker_fetch_max_bytes",
         default=5 * 1024 * 1024,
         ge=1024,
         description="Largest page a Page Import fetch reads.",
@@ -586,14 +553,14 @@ class SqsWorkerSettings(SettingsGroup):
 class BatchSettings(SettingsGroup):
     """Batches: their size and how a cancel is carried out."""
 
+    model_config = group_config("batch")
+
     max_items: int = Field(
-        validation_alias="batch_max_items",
         default=10_000,
         ge=1,
         description="Items per batch; more is a 422.",
     )
     cancel_inline_max: int = Field(
-        validation_alias="batch_cancel_inline_max",
         default=5_000,
         ge=0,
         description="A cancel with at most this many processing items marks them in its own "
@@ -604,14 +571,14 @@ class BatchSettings(SettingsGroup):
 class RelaySettings(SettingsGroup):
     """The batch relay (`jobrelay relay`): claims, sends, windows per organization."""
 
+    model_config = group_config("relay")
+
     lease_s: float = Field(
-        validation_alias="relay_lease_s",
         default=90.0,
         gt=0,
         description="How long a relay's claim on an item lasts.",
     )
     send_timeout_s: float = Field(
-        validation_alias="relay_send_timeout_s",
         default=10.0,
         gt=0,
         allow_inf_nan=False,
@@ -620,7 +587,6 @@ class RelaySettings(SettingsGroup):
         "the relay's circuit opens), not a failed attempt.",
     )
     lock_timeout_s: float = Field(
-        validation_alias="relay_lock_timeout_s",
         default=0.3,
         gt=0,
         allow_inf_nan=False,
@@ -629,54 +595,46 @@ class RelaySettings(SettingsGroup):
         "the next round, never failed and never charged an attempt.",
     )
     claim_size: int = Field(
-        validation_alias="relay_claim_size",
         default=100,
         ge=1,
         le=10_000,
         description="Items one relay loop claims per statement.",
     )
     workers: int = Field(
-        validation_alias="relay_workers",
         default=4,
         ge=1,
         le=64,
         description="Claim-send-record loops per relay process.",
     )
     db_pool_max: int | None = Field(
-        validation_alias="relay_db_pool_max",
         default=None,
         ge=2,
         description="Connections of a relay's pool; unset: JOBRELAY_RELAY_WORKERS + 2. A relay "
         "also holds one LISTEN connection.",
     )
     max_in_flight: int = Field(
-        validation_alias="relay_max_in_flight",
         default=16,
         ge=1,
         le=256,
         description="SendMessageBatch calls in flight per relay process.",
     )
     poll_interval_s: float = Field(
-        validation_alias="relay_poll_interval_s",
         default=1.0,
         gt=0,
         description="How often an idle relay looks for due items (NOTIFY wakes it sooner).",
     )
     retry_delay_s: float = Field(
-        validation_alias="relay_retry_delay_s",
         default=2.0,
         ge=0,
         description="Delay before a failed dispatch is retried, times the attempt.",
     )
     metrics_port: int = Field(
-        validation_alias="relay_metrics_port",
         default=0,
         ge=0,
         le=65535,
         description="Port of the relay's /metrics; 0 serves none.",
     )
     org_window: int = Field(
-        validation_alias="relay_org_window",
         default=200,
         ge=1,
         description="Items one organization may have in flight (claimed or sent to SQS, child "
@@ -686,20 +644,17 @@ class RelaySettings(SettingsGroup):
         "consumers of one organization, larger lets a newcomer wait behind more items.",
     )
     org_weights: str = Field(
-        validation_alias="relay_org_weights",
         default="",
         description="Weights of organizations, e.g. 42=2,7=0.5: an organization's window and "
         "share of each claim are multiplied by its weight (a positive number; unlisted: 1).",
     )
     in_flight_expiry_s: float = Field(
-        validation_alias="relay_in_flight_expiry_s",
         default=900.0,
         gt=0,
         description="A sent item whose child got no outcome for this long stops counting "
         "against its organization's window (a lost message does not hold a slot forever).",
     )
     window_poll_s: float = Field(
-        validation_alias="relay_window_poll_s",
         default=0.05,
         gt=0,
         description="How soon an idle relay looks again while organizations with waiting "
@@ -738,6 +693,8 @@ class JobsSettings(SettingsGroup):
     """The jobs engine: job types, payloads, leases, limits across workers, schedules,
     pruning."""
 
+    model_config = group_config("jobs")
+
     app: Annotated[list[str], _CSV] = Field(
         validation_alias="app",
         default_factory=list,
@@ -748,42 +705,35 @@ class JobsSettings(SettingsGroup):
         validation_alias="diag_jobs_enabled", default=True, description="Enable diag.* job types."
     )
     payload_limit_bytes: int = Field(
-        validation_alias="jobs_payload_limit_bytes",
         default=256 * 1024,
         ge=1,
         description="Largest job payload, in UTF-8 bytes of JSON.",
     )
     lease_s: float = Field(
-        validation_alias="jobs_lease_s",
         default=30.0,
         gt=0,
         description="Lease of a claimed job; heartbeats renew it.",
     )
     rescue_interval_s: float = Field(
-        validation_alias="jobs_rescue_interval_s",
         default=5.0,
         gt=0,
         description="How often a worker reclaims expired leases.",
     )
     global_caps: str = Field(
-        validation_alias="jobs_global_caps",
         default="",
         description="Running jobs per class across all workers, e.g. ai=4.",
     )
     rates: str = Field(
-        validation_alias="jobs_rates",
         default="",
         description="Job starts per class across all workers, e.g. ai=60/min,default=30/10s; "
         "adds to (and overrides) the rates the job types declare.",
     )
     reconcile_interval_s: float = Field(
-        validation_alias="jobs_reconcile_interval_s",
         default=10.0,
         gt=0,
         description="How often a worker repairs parents left behind.",
     )
     unserved_fail_after_s: float = Field(
-        validation_alias="jobs_unserved_fail_after_s",
         default=3600.0,
         gt=0,
         allow_inf_nan=False,
@@ -792,7 +742,6 @@ class JobsSettings(SettingsGroup):
         "rolling deploy) is failed permanently as an unknown type, so its parent still ends.",
     )
     prune_interval_s: float = Field(
-        validation_alias="jobs_prune_interval_s",
         default=300.0,
         gt=0,
         description="How often a worker applies the retention of finished jobs (creates the "
@@ -800,7 +749,6 @@ class JobsSettings(SettingsGroup):
         "in place).",
     )
     retention_s: float = Field(
-        validation_alias="jobs_retention_s",
         default=7 * 24 * 3600.0,
         ge=0,
         description="Finished jobs are kept at least this long, then dropped with the "
@@ -825,21 +773,18 @@ class JobsSettings(SettingsGroup):
         "workers' maintenance; 0 keeps workflows forever.",
     )
     retention_by_type: str = Field(
-        validation_alias="jobs_retention_by_type",
         default="",
         description="Retention of the finished jobs of some types, overriding "
         "JOBRELAY_JOBS_RETENTION_S, e.g. audit.record=365d,media.process=2d (units s, m, h, "
         "d, w; forever keeps them). Applies to jobs that finish after the change.",
     )
     prune_log_threshold: int = Field(
-        validation_alias="jobs_prune_log_threshold",
         default=1000,
         ge=0,
         description="A prune pass deleting more finished jobs than this logs one warning with "
         "the count (smaller passes log at INFO).",
     )
     failpoints: str = Field(
-        validation_alias="jobs_failpoints",
         default="",
         description="Injected failures for drills and tests, e.g. name=2,name.",
     )
@@ -934,43 +879,37 @@ class WorkerOptions(TypedDict):
 class WorkerSettings(SettingsGroup):
     """A jobs worker (`jobrelay worker`): slots, claiming, its pool, shutdown, /metrics."""
 
+    model_config = group_config("worker")
+
     concurrency: int | None = Field(
-        validation_alias="worker_concurrency",
         default=None,
         ge=1,
         description="Total jobs run at once per worker; alone, every class shares them.",
     )
     slots: str = Field(
-        validation_alias="worker_slots",
         default="",
         description="Jobs run at once per concurrency class, e.g. ai=2,default=8; "
         "overrides the slots the job types declare.",
     )
     poll_interval_s: float = Field(
-        validation_alias="worker_poll_interval_s",
         default=0.25,
         gt=0,
         description="Worker wait between claims when idle (LISTEN/NOTIFY wakes it sooner).",
     )
     db_pool_max: int | None = Field(
-        validation_alias="worker_db_pool_max",
         default=None,
         ge=3,
         description="Connections of a jobs worker's pool; unset: the larger of "
         "JOBRELAY_DB_POOL_MAX and the worker's total slots + 6, at most 50. A worker also "
         "holds one claim connection and one LISTEN connection.",
     )
-    listen: bool = Field(
-        validation_alias="worker_listen", default=True, description="Wake workers by LISTEN/NOTIFY."
-    )
+    listen: bool = Field(default=True, description="Wake workers by LISTEN/NOTIFY.")
     prefetch: int = Field(
-        validation_alias="worker_prefetch",
         default=0,
         ge=0,
         description="Jobs a worker claims ahead of its free slots.",
     )
     hold_slot_until_recorded: bool = Field(
-        validation_alias="worker_hold_slot_until_recorded",
         default=True,
         description="Bounded flush window: when more than 4 completions per slot wait for the "
         "batched flush, a finished job keeps its slot until its completion is recorded (at "
@@ -979,26 +918,22 @@ class WorkerSettings(SettingsGroup):
         "without bound while the database is slow; more finished work re-run after a crash).",
     )
     shutdown_grace_s: float = Field(
-        validation_alias="worker_shutdown_grace_s",
         default=10.0,
         ge=0,
         description="On SIGTERM/SIGINT, how long running jobs may finish.",
     )
     metrics_port: int | None = Field(
-        validation_alias="worker_metrics_port",
         default=None,
         ge=0,
         le=65535,
         description="Serve /metrics on this port (0: any free).",
     )
     fair_claims: bool = Field(
-        validation_alias="worker_fair_claims",
         default=True,
         description="Rotate claims across the fairness keys of a class (false: strict "
         "priority and arrival order).",
     )
     lock_timeout_s: float = Field(
-        validation_alias="worker_lock_timeout_s",
         default=0.3,
         gt=0,
         allow_inf_nan=False,
@@ -1007,7 +942,6 @@ class WorkerSettings(SettingsGroup):
         "parents are never waited for: a locked one is deferred and written when free.",
     )
     result_limit_bytes: int = Field(
-        validation_alias="worker_result_limit_bytes",
         default=1024 * 1024,
         ge=1,
         description="Largest job result a worker stores (UTF-8 bytes of JSON); a larger "
@@ -1036,12 +970,13 @@ class WorkerSettings(SettingsGroup):
 class LogSettings(SettingsGroup):
     """Logging of every process."""
 
+    model_config = group_config("log")
+
     format: Literal["auto", "json", "console"] = Field(
-        validation_alias="log_format",
         default="auto",
         description="auto: console on a terminal, else JSON.",
     )
-    level: str = Field(validation_alias="log_level", default="INFO", description="Log level.")
+    level: str = Field(default="INFO", description="Log level.")
 
 
 class TracingSettings(SettingsGroup):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, SecretStr
+from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
@@ -42,6 +42,19 @@ class SettingsGroup(BaseModel):
     (`Settings(db={"pool_max": 6})`) and by their alias, the flat name, from the sources."""
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, extra="forbid")
+
+
+def group_config(prefix: str) -> ConfigDict:
+    """The model config of a group whose fields are set by `<prefix>_<field name>`
+    (`JOBRELAY_BATCH_MAX_ITEMS` for `batches.max_items` with prefix `batch`): the alias of
+    every field that declares none is derived, so a new setting is one line; a field whose
+    variable differs (a legacy name, `DATABASE_URL`) declares its own `validation_alias`."""
+    return ConfigDict(
+        validate_by_name=True,
+        validate_by_alias=True,
+        extra="forbid",
+        alias_generator=AliasGenerator(validation_alias=lambda name: f"{prefix}_{name}"),
+    )
 
 
 def is_secret(field: FieldInfo) -> bool:
