@@ -22,6 +22,7 @@ job_types = JobTypes()
 
 class Emit(JobPayload):
     value: int = 0
+    sleep_s: float = 0.0  # every attempt runs this long (a crash test's steps take time)
 
 
 class Sum(JobPayload):
@@ -38,6 +39,7 @@ class Split(JobPayload):
     then: list[str] = Field(default_factory=list)
     prefix: str = "page"
     hold_s: float = 0.0  # each added step's hold on its first attempt (wf.sum when > 0)
+    sleep_s: float = 0.0  # each added wf.emit step's run time
 
 
 async def _table_exists(ctx: JobContext[Any], name: str) -> bool:
@@ -61,6 +63,8 @@ async def _record(ctx: JobContext[Any], seen: dict[str, Any]) -> None:
 @job_types.job_type("wf.emit")
 async def emit(ctx: JobContext[Emit]) -> Outcome:
     await _record(ctx, {})
+    if ctx.payload.sleep_s:
+        await asyncio.sleep(ctx.payload.sleep_s)
     return Complete(result={"value": ctx.payload.value})
 
 
@@ -100,7 +104,7 @@ async def split(ctx: JobContext[Split]) -> Outcome:
     await _record(ctx, {})
     p = ctx.payload
     added = [
-        Step(f"{p.prefix}-{i}", "wf.emit", {"value": p.value})
+        Step(f"{p.prefix}-{i}", "wf.emit", {"value": p.value, "sleep_s": p.sleep_s})
         if not p.hold_s
         else Step(f"{p.prefix}-{i}", "wf.sum", {"hold_s": p.hold_s})
         for i in range(p.count)
