@@ -513,19 +513,16 @@ async def rescue_expired(conn: Connection, *, limit: int = 1000) -> dict[uuid.UU
             if r["parent_id"] is not None and r["status"] == "failed"
         ]
         await reconcile_parents(conn, failed_parents)
-        await _count_failed_steps(conn, rows)
+        await _count_failed_steps(conn, [r for r in rows if r["status"] == "failed"])
     return {cast(uuid.UUID, row["id"]): str(row["status"]) for row in rows}
 
 
-async def _count_failed_steps(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Count the ends of workflow steps a maintenance path failed (a lease rescue out of
-    attempts, an unserved type) into their dependents, in that path's transaction, so they
-    are released or ended now rather than by the step reconciler's next pass."""
-    failed = {
-        cast(uuid.UUID, r["id"]): False
-        for r in rows
-        if r.get("workflow_id") is not None and r.get("status", "failed") == "failed"
-    }
+async def _count_failed_steps(conn: Connection, failed_rows: Sequence[Mapping[str, Any]]) -> None:
+    """Count the ends of the workflow steps among `failed_rows` (jobs a maintenance path
+    failed: a lease rescue out of attempts, an unserved type; each with its `workflow_id`)
+    into their dependents, in that path's transaction, so they are released or ended now
+    rather than by the step reconciler's next pass."""
+    failed = {cast(uuid.UUID, r["id"]): False for r in failed_rows if r["workflow_id"] is not None}
     if failed:
         await steps_release.release_dependents(conn, failed)
 

@@ -116,7 +116,10 @@ class Executor:
         self._lease_s = config.lease_s
         self._lock_timeout_s = config.lock_timeout_s
         self._result_limit_bytes = config.result_limit_bytes
-        self._max_steps = config.workflow_max_steps
+        # What a step's `ctx.fan_out` calls, built once for every run of this executor.
+        self._add_steps = functools.partial(
+            workflow_store.add_steps, enqueuer=enqueuer, max_steps=config.workflow_max_steps
+        )
         self._capped = frozenset(config.global_caps)
         self._counters = counters
         self._freed = freed
@@ -155,9 +158,7 @@ class Executor:
             payload,
             self._pool,
             self._enqueuer.enqueue_many,
-            functools.partial(
-                workflow_store.add_steps, enqueuer=self._enqueuer, max_steps=self._max_steps
-            ),
+            self._add_steps,
         )
         deadline = asyncio.timeout(job_type.timeout_s)
         try:

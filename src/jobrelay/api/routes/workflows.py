@@ -18,14 +18,14 @@ from jobrelay.jobs.workflows.graph import NAME_MAX_CHARS, Workflow
 from jobrelay.jobs.workflows.store import (
     STEPS_PAGE_DEFAULT,
     STEPS_PAGE_MAX,
+    StepState,
     StepView,
+    WorkflowStatus,
     WorkflowSummary,
     WorkflowView,
 )
 
 WorkflowIdPath = Annotated[uuid.UUID, Path(alias="workflowId", description="The workflow's id")]
-WorkflowStatus = Literal["running", "cancelling", "completed", "failed", "cancelled"]
-StepState = Literal["held", "pending", "in_progress", "completed", "failed", "cancelled", "skipped"]
 
 router = APIRouter(tags=["workflows"])
 

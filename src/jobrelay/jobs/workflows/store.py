@@ -19,7 +19,7 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from jobrelay.db.pool import Connection
 from jobrelay.db.sql import Queries
@@ -35,7 +35,9 @@ from jobrelay.jobs.workflows.graph import DEFAULT_MAX_STEPS, Step, Workflow
 _QUERIES = Queries("jobrelay.jobs.workflows")
 # Step states that are not ended: a workflow with one of them is still running.
 ACTIVE_STATES = frozenset({"held", "pending", "in_progress"})
-WORKFLOW_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled")
+WorkflowStatus = Literal["running", "cancelling", "completed", "failed", "cancelled"]
+StepState = Literal["held", "pending", "in_progress", "completed", "failed", "cancelled", "skipped"]
+WORKFLOW_STATUSES: tuple[str, ...] = get_args(WorkflowStatus)
 STEPS_PAGE_MAX = 10_000
 STEPS_PAGE_DEFAULT = 1_000
 # Workflows whose status a list derives per page at most, when it filters by status.
